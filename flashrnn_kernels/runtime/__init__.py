@@ -1,0 +1,1 @@
+"""Compile and launch CUDA sources rendered from plans (CuPy backend)."""
