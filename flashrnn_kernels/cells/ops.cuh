@@ -1,0 +1,79 @@
+// Device helpers called by the cells' rendered pointwise steps (cells/base.py maps each expression function to
+// one helper here) and dtype conversions for the kernels. Compiles under NVRTC and nvcc.
+//
+// Accuracy: by default every helper uses the full-precision CUDA math library (expf, tanhf, logf, log1pf: at
+// most 2 ulp), so a step agrees with an fp32 reference to about 1e-6 relative. Defining
+// FLASHRNN_FAST_ACTIVATIONS (meant for bf16/fp16 storage, whose rounding is 2^-8 / 2^-11) switches tanh and
+// sigmoid to the hardware tanh.approx.f32 (sm_75+, relative error about 2^-11) and exp/log to __expf/__logf.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#if defined(FLASHRNN_FAST_ACTIVATIONS) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 750)
+#define FLASHRNN_USE_TANH_APPROX 1
+#else
+#define FLASHRNN_USE_TANH_APPROX 0
+#endif
+
+#if FLASHRNN_USE_TANH_APPROX
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+__device__ __forceinline__ float cell_tanh(float x) {
+#if FLASHRNN_USE_TANH_APPROX
+    return tanh_approx(x);
+#else
+    return tanhf(x);
+#endif
+}
+
+// 1 / (1 + e^-x): e^-x overflows to +inf for x < -88, giving exactly 0, and underflows to 0 for large x, giving 1.
+__device__ __forceinline__ float sigmoid(float x) {
+#if FLASHRNN_USE_TANH_APPROX
+    return fmaf(0.5f, tanh_approx(0.5f * x), 0.5f);
+#else
+    return 1.0f / (1.0f + expf(-x));
+#endif
+}
+
+__device__ __forceinline__ float cell_exp(float x) {
+#ifdef FLASHRNN_FAST_ACTIVATIONS
+    return __expf(x);
+#else
+    return expf(x);
+#endif
+}
+
+__device__ __forceinline__ float cell_log(float x) {
+#ifdef FLASHRNN_FAST_ACTIVATIONS
+    return __logf(x);
+#else
+    return logf(x);
+#endif
+}
+
+// log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|), stable for any x.
+__device__ __forceinline__ float cell_logsigmoid(float x) {
+    return fminf(x, 0.0f) - log1pf(cell_exp(-fabsf(x)));
+}
+
+__device__ __forceinline__ float cell_maximum(float a, float b) { return fmaxf(a, b); }
+
+// Storage <-> fp32 compute conversions (round to nearest even on the way back).
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
