@@ -1,0 +1,288 @@
+"""Integer expressions: variables, operator nodes, evaluation, interval bounds and printing.
+
+Operator table (Python operator -> node created):
+
+    a + b, a - b, a * b, a // b, a % b -> BinOp(op, a, b)   (ints mix in on either side)
+    a ** k                            -> BinOp("**", a, k)  (k a constant int >= 0)
+    -a                                -> Neg(a)
+    a == b, a != b, a <= b, a < b, a >= b, a > b -> constraints.Compare (never a bool)
+
+`//` and `%` follow Python's floor semantics; dividing by zero is undefined, and an assignment under which an
+expression is undefined violates the constraint that contains it.
+"""
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Mapping, Union
+
+from .domain import Domain, check_int
+from .errors import ConstrintError
+
+if TYPE_CHECKING:
+    from .constraints import Compare
+
+# symbol -> (precedence, evaluator); higher binds tighter, ** is right-associative.
+BINARY = {
+    "+": (1, operator.add),
+    "-": (1, operator.sub),
+    "*": (2, operator.mul),
+    "//": (2, operator.floordiv),
+    "%": (2, operator.mod),
+    "**": (4, operator.pow),
+}
+NEG_PRECEDENCE = 3
+
+
+class Undefined(ArithmeticError):
+    """An expression has no value under an assignment (division or modulo by zero)."""
+
+
+class Expr:
+    """Base of every integer expression; Python operators build new nodes."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Operand) -> Expr:
+        return BinOp("+", self, other)
+
+    def __radd__(self, other: Operand) -> Expr:
+        return BinOp("+", other, self)
+
+    def __sub__(self, other: Operand) -> Expr:
+        return BinOp("-", self, other)
+
+    def __rsub__(self, other: Operand) -> Expr:
+        return BinOp("-", other, self)
+
+    def __mul__(self, other: Operand) -> Expr:
+        return BinOp("*", self, other)
+
+    def __rmul__(self, other: Operand) -> Expr:
+        return BinOp("*", other, self)
+
+    def __floordiv__(self, other: Operand) -> Expr:
+        return BinOp("//", self, other)
+
+    def __rfloordiv__(self, other: Operand) -> Expr:
+        return BinOp("//", other, self)
+
+    def __mod__(self, other: Operand) -> Expr:
+        return BinOp("%", self, other)
+
+    def __rmod__(self, other: Operand) -> Expr:
+        return BinOp("%", other, self)
+
+    def __pow__(self, other: Operand) -> Expr:
+        return BinOp("**", self, other)
+
+    def __rpow__(self, other: Operand) -> Expr:
+        return BinOp("**", other, self)
+
+    def __neg__(self) -> Expr:
+        return Neg(self)
+
+    def __pos__(self) -> Expr:
+        return self
+
+    def __truediv__(self, other: object) -> Expr:
+        raise ConstrintError(f"'/' is not an integer operation in ({self}) / {other}; use '//' (floor division)")
+
+    __rtruediv__ = __truediv__
+
+    def __eq__(self, other: Operand) -> Compare:  # type: ignore[override]
+        return _compare(self, "==", other)
+
+    def __ne__(self, other: Operand) -> Compare:  # type: ignore[override]
+        return _compare(self, "!=", other)
+
+    def __le__(self, other: Operand) -> Compare:
+        return _compare(self, "<=", other)
+
+    def __lt__(self, other: Operand) -> Compare:
+        return _compare(self, "<", other)
+
+    def __ge__(self, other: Operand) -> Compare:
+        return _compare(self, ">=", other)
+
+    def __gt__(self, other: Operand) -> Compare:
+        return _compare(self, ">", other)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise ConstrintError(f"the expression {self} has no truth value; compare it and pass it to Model.add")
+
+    def __str__(self) -> str:
+        return _render(self, 0)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self}>"
+
+
+Operand = Union[Expr, int]
+
+
+class IntVar(Expr):
+    """A decision variable of one Model; `index` is its position in that model."""
+
+    __slots__ = ("name", "index", "domain", "owner")
+
+    def __init__(self, name: str, index: int, domain: Domain, owner: object) -> None:
+        self.name = name
+        self.index = index
+        self.domain = domain
+        self.owner = owner
+
+    def __repr__(self) -> str:
+        return f"IntVar({self.name!r}, {self.domain})"
+
+
+class BinOp(Expr):
+    __slots__ = ("op", "a", "b")
+
+    def __init__(self, op: str, a: Operand, b: Operand) -> None:
+        self.a = operand(a, f"left operand of {op!r}")
+        self.b = operand(b, f"right operand of {op!r}")
+        if op == "**":
+            if not isinstance(self.b, int):
+                raise ConstrintError(f"exponent of {self.a} ** ({self.b}) must be a constant integer, not an expression")
+            if self.b < 0:
+                raise ConstrintError(f"exponent {self.b} of {self.a} is negative; use an integer >= 0")
+        self.op = op
+
+
+class Neg(Expr):
+    __slots__ = ("a",)
+
+    def __init__(self, a: Expr) -> None:
+        self.a = a
+
+
+def operand(value: object, what: str) -> Operand:
+    """`value` as an expression operand: an Expr or a plain int (bools and floats raise)."""
+    if isinstance(value, Expr):
+        return value
+    return check_int(value, what)
+
+
+def _compare(a: Expr, op: str, b: object) -> Compare:
+    from .constraints import Compare
+
+    return Compare(a, op, operand(b, f"right side of {op!r}"))
+
+
+def evaluate(e: Operand, values: Mapping[str, int]) -> int:
+    """Value of `e` with variables read by name from `values`; raises Undefined on x // 0 or x % 0."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, IntVar):
+        return values[e.name]
+    if isinstance(e, BinOp):
+        a = evaluate(e.a, values)
+        b = evaluate(e.b, values)
+        if b == 0 and (e.op == "//" or e.op == "%"):
+            raise Undefined(f"{e} with {e.b} == 0")
+        return BINARY[e.op][1](a, b)
+    if isinstance(e, Neg):
+        return -evaluate(e.a, values)
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def variables(e: Operand, out: dict[str, IntVar]) -> dict[str, IntVar]:
+    """Add the variables of `e` to `out` (by name, in first-seen order) and return it."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, IntVar):
+            out.setdefault(node.name, node)
+        elif isinstance(node, BinOp):
+            stack += [node.b, node.a]
+        elif isinstance(node, Neg):
+            stack.append(node.a)
+    return out
+
+
+def interval(e: Operand, lo: list[int], hi: list[int]) -> tuple[int, int] | None:
+    """Bounds of `e` with variable i in [lo[i], hi[i]]; None when `e` is undefined for every value."""
+    if isinstance(e, int):
+        return e, e
+    if isinstance(e, IntVar):
+        i = e.index
+        return lo[i], hi[i]
+    if isinstance(e, Neg):
+        r = interval(e.a, lo, hi)
+        return None if r is None else (-r[1], -r[0])
+    ra = interval(e.a, lo, hi)  # type: ignore[attr-defined]
+    if ra is None:
+        return None
+    if e.op == "**":  # type: ignore[attr-defined]
+        return pow_interval(ra[0], ra[1], e.b)  # type: ignore[attr-defined]
+    rb = interval(e.b, lo, hi)  # type: ignore[attr-defined]
+    if rb is None:
+        return None
+    return binary_interval(e.op, ra[0], ra[1], rb[0], rb[1])  # type: ignore[attr-defined]
+
+
+def binary_interval(op: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int] | None:
+    """Bounds of `a op b` for a in [alo, ahi], b in [blo, bhi]; None when b can only be 0 for // and %."""
+    if op == "+":
+        return alo + blo, ahi + bhi
+    if op == "-":
+        return alo - bhi, ahi - blo
+    if op == "*":
+        c = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        return min(c), max(c)
+    parts = [(p, q) for p, q in ((blo, min(bhi, -1)), (max(blo, 1), bhi)) if p <= q]
+    if not parts:
+        return None
+    los, his = [], []
+    for p, q in parts:
+        if op == "//":
+            c = (alo // p, alo // q, ahi // p, ahi // q)
+            los.append(min(c))
+            his.append(max(c))
+        elif q < 0:  # a % b for b in [p, q] < 0 lies in [p + 1, 0]
+            los.append(max(p + 1, alo) if ahi <= 0 else p + 1)
+            his.append(0)
+        else:  # b in [p, q] > 0: a % b lies in [0, q - 1]
+            los.append(0)
+            his.append(min(q - 1, ahi) if alo >= 0 else q - 1)
+    return min(los), max(his)
+
+
+def pow_interval(lo: int, hi: int, k: int) -> tuple[int, int]:
+    if k == 0:
+        return 1, 1
+    if k % 2 or lo >= 0:
+        return lo**k, hi**k
+    if hi <= 0:
+        return hi**k, lo**k
+    return 0, max(lo**k, hi**k)
+
+
+def iroot(n: int, k: int) -> int:
+    """floor(n ** (1/k)) for n >= 0, k >= 1, exact for big ints."""
+    if n < 2 or k == 1:
+        return n
+    r = int(round(n ** (1.0 / k))) if n < 1 << 1000 else 1 << (n.bit_length() // k + 1)
+    while r**k > n:
+        r -= 1
+    while (r + 1) ** k <= n:
+        r += 1
+    return r
+
+
+def _render(e: Operand, parent: int, right: bool = False) -> str:
+    if isinstance(e, int):
+        text, prec = str(e), (NEG_PRECEDENCE if e < 0 else 9)
+    elif isinstance(e, IntVar):
+        return e.name
+    elif isinstance(e, Neg):
+        text, prec = "-" + _render(e.a, NEG_PRECEDENCE), NEG_PRECEDENCE
+    else:
+        prec = BINARY[e.op][0]  # type: ignore[attr-defined]
+        left_prec = prec + 1 if e.op == "**" else prec  # type: ignore[attr-defined]
+        right_prec = prec if e.op == "**" else prec + 1  # type: ignore[attr-defined]
+        text = f"{_render(e.a, left_prec)} {e.op} {_render(e.b, right_prec)}"  # type: ignore[attr-defined]
+    return f"({text})" if prec < parent else text
+

@@ -1,0 +1,243 @@
+"""Model (variables and constraints, with solve / solutions / count / minimize / maximize) and Solution."""
+from __future__ import annotations
+
+import time
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping, Sequence, Union
+
+from .constraints import AllDifferent, AnyOf, Constraint, Divides
+from .domain import Domain, check_int
+from .errors import ConstrintError, Infeasible, SolverBug
+from .explain import minimal_core
+from .expr import Expr, IntVar, Operand, evaluate, operand
+from .flatten import Flattener
+from .search import MAX, MIN, Search
+
+VarRef = Union[IntVar, str]
+Prefer = Sequence[Union[VarRef, "tuple[VarRef, str]"]]
+
+
+class Solution(Mapping[str, int]):
+    """A read-only mapping variable name -> value, also indexable by IntVar; `objective` when optimised."""
+
+    __slots__ = ("_values", "objective")
+
+    def __init__(self, values: dict[str, int], objective: int | None = None) -> None:
+        self._values = values
+        self.objective = objective
+
+    def __getitem__(self, key: VarRef) -> int:
+        return self._values[key.name if isinstance(key, IntVar) else key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        extra = "" if self.objective is None else f", objective={self.objective}"
+        return f"Solution({self._values!r}{extra})"
+
+
+class Model:
+    """Integer variables and the constraints over them."""
+
+    def __init__(self) -> None:
+        self._vars: dict[str, IntVar] = {}
+        self._constraints: list[Constraint] = []
+
+    @property
+    def variables(self) -> Mapping[str, IntVar]:
+        """Variables by name, in creation order (read-only view)."""
+        return MappingProxyType(self._vars)
+
+    @property
+    def constraints(self) -> tuple[Constraint, ...]:
+        return tuple(self._constraints)
+
+    def int_var(self, lo: int | None = None, hi: int | None = None, name: str | None = None, *,
+                values: Iterable[int] | None = None) -> IntVar:
+        """A new variable with inclusive bounds `lo..hi`, or the explicit `values`."""
+        if name is None:
+            name = f"_x{len(self._vars)}"
+        if not isinstance(name, str) or not name:
+            raise ConstrintError(f"variable name must be a non-empty string, got {name!r}")
+        if name in self._vars:
+            raise ConstrintError(f"variable {name!r} exists already; use m.var({name!r}) or another name")
+        if values is not None:
+            if lo is not None or hi is not None:
+                raise ConstrintError(f"give either lo/hi or values for {name!r}, not both")
+            domain = Domain.of_values(values, name)
+        elif lo is None or hi is None:
+            raise ConstrintError(f"variable {name!r} needs bounds lo and hi, or values=[...]")
+        else:
+            domain = Domain.interval(lo, hi, name)
+        var = IntVar(name, len(self._vars), domain, self)
+        self._vars[name] = var
+        return var
+
+    def var(self, name: str) -> IntVar:
+        """The existing variable called `name`."""
+        try:
+            return self._vars[name]
+        except KeyError:
+            raise ConstrintError(f"no variable named {name!r}; known: {_names(self._vars)}") from None
+
+    def add(self, constraint: Constraint, name: str | None = None) -> Constraint:
+        """Add a constraint (a comparison, divides, all_different or any_of); `name` labels it in messages."""
+        if not isinstance(constraint, Constraint):
+            hint = " (a comparison of plain numbers is already a bool)" if isinstance(constraint, bool) else ""
+            raise ConstrintError(f"Model.add takes a constraint such as x <= 4, got {constraint!r}{hint}")
+        self._check_owned(constraint.variables().values())
+        if name is not None:
+            constraint.label = str(name)
+        self._constraints.append(constraint)
+        return constraint
+
+    def divides(self, divisor: Operand, multiple: Operand) -> Divides:
+        """The constraint `multiple % divisor == 0` (false when divisor is 0)."""
+        return Divides(divisor, multiple)
+
+    def all_different(self, items: Iterable[Operand]) -> AllDifferent:
+        return AllDifferent(list(items))
+
+    def any_of(self, constraints: Iterable[Constraint]) -> AnyOf:
+        """Disjunction: at least one of `constraints` holds."""
+        return AnyOf(list(constraints))
+
+    def solve(self, prefer: Prefer | None = None, time_limit: float | None = None) -> Solution:
+        """The first solution (the lexicographic optimum under `prefer`); raises Infeasible or TimeLimit."""
+        start = time.perf_counter()
+        for sol in self.solutions(limit=1, prefer=prefer, time_limit=time_limit):
+            return sol
+        raise self._infeasible(_remaining(start, time_limit))
+
+    def solutions(self, limit: int | None = None, prefer: Prefer | None = None,
+                  time_limit: float | None = None) -> Iterator[Solution]:
+        """Generate distinct solutions, all of them unless `limit` is given; preferred ones first."""
+        if limit is not None:
+            limit = check_int(limit, "limit")
+            if limit < 0:
+                raise ConstrintError(f"limit must be >= 0 or None, got {limit}")
+        order = self._prefer(prefer)
+        return self._generate(limit, order, time_limit)
+
+    def _generate(self, limit: int | None, order: list[tuple[int, str]], time_limit: float | None):
+        if limit == 0:
+            return
+        flat = self._flatten(self._constraints)
+        names = list(self._vars)
+        found = 0
+        for values in Search(flat.store, flat.props, flat.n_user, order, time_limit=time_limit).run():
+            yield self._verified(dict(zip(names, values)))
+            found += 1
+            if found == limit:
+                return
+
+    def count(self, time_limit: float | None = None) -> int:
+        """The number of solutions."""
+        return sum(1 for _ in self._generate(None, [], time_limit))
+
+    def minimize(self, expr: Operand, time_limit: float | None = None) -> Solution:
+        """A solution with the least value of `expr` (proven); `.objective` holds that value."""
+        return self._optimize(expr, MIN, time_limit)
+
+    def maximize(self, expr: Operand, time_limit: float | None = None) -> Solution:
+        """A solution with the greatest value of `expr` (proven); `.objective` holds that value."""
+        return self._optimize(expr, MAX, time_limit)
+
+    def _optimize(self, expr: Operand, sense: str, time_limit: float | None) -> Solution:
+        start = time.perf_counter()
+        expr = operand(expr, "objective")
+        if isinstance(expr, Expr):
+            self._check_owned(_expr_vars(expr))
+        flat = self._flatten(self._constraints)
+        obj = flat.var_of(expr)
+        names = list(self._vars)
+        best = None
+        search = Search(flat.store, flat.props, flat.n_user, [], objective=(obj, sense), time_limit=time_limit)
+        for values in search.run():
+            best = self._verified(dict(zip(names, values)))
+            value = evaluate(expr, best)
+            if value != flat.store.lo[obj]:
+                raise SolverBug(f"objective {expr} = {value} but the search bounded it at {flat.store.lo[obj]}")
+            best.objective = value
+        if best is None:
+            raise self._infeasible(_remaining(start, time_limit))
+        return best
+
+    def _flatten(self, constraints: Sequence[Constraint]) -> Flattener:
+        flat = Flattener(list(self._vars.values()))
+        for c in constraints:
+            flat.add(c)
+        return flat
+
+    def _feasible(self, constraints: list[Constraint], time_limit: float | None) -> bool:
+        flat = self._flatten(constraints)
+        search = Search(flat.store, flat.props, flat.n_user, [], time_limit=time_limit)
+        return next(iter(search.run()), None) is not None
+
+    def _infeasible(self, time_limit: float | None) -> Infeasible:
+        deadline = None if time_limit is None else time.perf_counter() + time_limit
+
+        def feasible(cs: list[Constraint]) -> bool:
+            left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+            return self._feasible(cs, left)
+
+        return Infeasible(minimal_core(self._constraints, feasible))
+
+    def _verified(self, values: dict[str, int]) -> Solution:
+        for name, var in self._vars.items():
+            d, v = var.domain, values[name]
+            if not d.lo <= v <= d.hi or (d.values is not None and v not in d.values):
+                raise SolverBug(f"{name} = {v} lies outside its domain {d}")
+        for c in self._constraints:
+            if not c.holds(values):
+                raise SolverBug(f"candidate {values} violates {c.text()}")
+        return Solution(values)
+
+    def _prefer(self, prefer: Prefer | None) -> list[tuple[int, str]]:
+        if prefer is None:
+            return []
+        if isinstance(prefer, (str, IntVar)) or not isinstance(prefer, Iterable):
+            raise ConstrintError(f"prefer must be a list such as [('x', 'max'), ('y', 'min')], got {prefer!r}")
+        order: list[tuple[int, str]] = []
+        seen: set[int] = set()
+        for item in prefer:
+            ref, direction = item if isinstance(item, tuple) and len(item) == 2 else (item, MIN)
+            if direction not in (MIN, MAX):
+                raise ConstrintError(f"direction for {ref} must be 'min' or 'max', got {direction!r}")
+            if isinstance(ref, IntVar):
+                self._check_owned([ref])
+                var = ref
+            elif isinstance(ref, str):
+                if ref not in self._vars:
+                    raise ConstrintError(f"prefer names unknown variable {ref!r}; known: {_names(self._vars)}")
+                var = self._vars[ref]
+            else:
+                raise ConstrintError(f"prefer items are variables or names (optionally with a direction), got {item!r}")
+            if var.index not in seen:
+                seen.add(var.index)
+                order.append((var.index, direction))
+        return order
+
+    def _check_owned(self, variables: Iterable[IntVar]) -> None:
+        for v in variables:
+            if v.owner is not self:
+                raise ConstrintError(f"variable {v.name!r} belongs to another Model; create it with this one")
+
+
+def _expr_vars(e: Expr) -> list[IntVar]:
+    from .expr import variables
+
+    return list(variables(e, {}).values())
+
+
+def _names(vars_: Mapping[str, IntVar]) -> str:
+    names = list(vars_)
+    return ", ".join(names[:10]) + (", ..." if len(names) > 10 else "") if names else "(none)"
+
+
+def _remaining(start: float, time_limit: float | None) -> float | None:
+    return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 0.0)

@@ -1,0 +1,414 @@
+"""Primitive propagators and the fixpoint loop.
+
+Each propagator narrows domains in a `Store` and raises `Conflict` when it proves its relation impossible.
+All are exact once their inputs are fixed: a functional output (z of z = x * y, x // y, x % y, x ** k) is then
+fixed, and a check-only relation (!=, divides, any_of) is decided, so a leaf of the search is a solution.
+"""
+from __future__ import annotations
+
+from math import gcd
+
+from .domain import divisors, solve_congruence
+from .expr import interval, iroot
+from .store import Conflict, Store
+
+LE, EQ, NE = "<=", "==", "!="
+
+
+def fixpoint(s: Store, props: list) -> bool:
+    """Run queued propagators until nothing changes; False (queue cleared) on a conflict."""
+    queue, queued = s.queue, s.queued
+    try:
+        while queue:
+            p = queue.pop()
+            queued[p] = False
+            props[p].propagate(s)
+    except Conflict:
+        for p in queue:
+            queued[p] = False
+        queue.clear()
+        return False
+    return True
+
+
+class Linear:
+    """sum(coef * var) + const  (<= | == | !=)  0."""
+
+    __slots__ = ("terms", "const", "kind", "vars")
+
+    def __init__(self, terms: list[tuple[int, int]], const: int, kind: str) -> None:
+        self.terms = tuple(terms)
+        self.const = const
+        self.kind = kind
+        self.vars = tuple(x for _, x in terms)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        kind = self.kind
+        if kind == NE:
+            rest, free = self.const, None
+            for a, x in self.terms:
+                if lo[x] == hi[x]:
+                    rest += a * lo[x]
+                elif free is None:
+                    free = (a, x)
+                else:
+                    return
+            if free is None:
+                if rest == 0:
+                    raise Conflict
+            elif rest % free[0] == 0:
+                s.remove(free[1], -rest // free[0])
+            return
+        smin = smax = self.const
+        for a, x in self.terms:
+            if a > 0:
+                smin += a * lo[x]
+                smax += a * hi[x]
+            else:
+                smin += a * hi[x]
+                smax += a * lo[x]
+        if smin > 0:
+            raise Conflict
+        slack = -smin
+        if kind == LE:
+            for a, x in self.terms:
+                if a > 0:
+                    b = lo[x] + slack // a
+                    if b < hi[x]:
+                        s.set_hi(x, b)
+                else:
+                    b = hi[x] - slack // -a
+                    if b > lo[x]:
+                        s.set_lo(x, b)
+            return
+        if smax < 0:
+            raise Conflict
+        free = 0
+        for a, x in self.terms:
+            l, h = lo[x], hi[x]
+            if l == h:
+                continue
+            free += 1
+            if a > 0:
+                if l + slack // a < h:
+                    s.set_hi(x, l + slack // a)
+                if h - smax // a > l:
+                    s.set_lo(x, h - smax // a)
+            else:
+                if h - slack // -a > l:
+                    s.set_lo(x, h - slack // -a)
+                if l + smax // -a < h:
+                    s.set_hi(x, l + smax // -a)
+        if 2 <= free <= 3:
+            self._congruences(s)
+
+    def _congruences(self, s: Store) -> None:
+        """For a*x + (others) + c == 0: a*x = -(c + others) modulo the gcd of the others' steps."""
+        lo, hi, md, rs = s.lo, s.hi, s.md, s.rs
+        for a, x in self.terms:
+            if lo[x] == hi[x]:
+                continue
+            g, rest = 0, self.const
+            for b, y in self.terms:
+                if y == x:
+                    continue
+                if lo[y] == hi[y]:
+                    rest += b * lo[y]
+                else:
+                    g = gcd(g, b * md[y])
+                    rest += b * rs[y]
+            if g > 1:
+                sol = solve_congruence(a, -rest, g)
+                if sol is None:
+                    raise Conflict
+                if sol[1] > 1:
+                    s.congruence(x, sol[0], sol[1])
+
+
+def _quotient_bounds(zlo: int, zhi: int, ylo: int, yhi: int) -> tuple[int, int]:
+    """Bounds of z / y (rational) for y of one sign: (ceil of min, floor of max)."""
+    c = [(zlo, ylo), (zlo, yhi), (zhi, ylo), (zhi, yhi)]
+    return min(-((-p) // q) for p, q in c), max(p // q for p, q in c)
+
+
+class Times:
+    """z = x * y."""
+
+    __slots__ = ("x", "y", "z", "vars")
+
+    def __init__(self, x: int, y: int, z: int) -> None:
+        self.x, self.y, self.z = x, y, z
+        self.vars = (x, y, z)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        x, y, z = self.x, self.y, self.z
+        xl, xh, yl, yh = lo[x], hi[x], lo[y], hi[y]
+        c = (xl * yl, xl * yh, xh * yl, xh * yh)
+        s.set_lo(z, min(c))
+        s.set_hi(z, max(c))
+        for u, v in ((x, y), (y, x)):
+            vl, vh = lo[v], hi[v]
+            if vl > 0 or vh < 0:
+                ql, qh = _quotient_bounds(lo[z], hi[z], vl, vh)
+                s.set_lo(u, ql)
+                s.set_hi(u, qh)
+            if vl == vh:
+                if vl == 0:
+                    s.fix(z, 0)
+                else:  # z = v * u: z = v * r_u (mod |v| * m_u); v * u = r_z (mod m_z)
+                    s.congruence(z, vl * s.rs[u], abs(vl) * s.md[u])
+                    if s.md[z] > 1:
+                        sol = solve_congruence(vl, s.rs[z], s.md[z])
+                        if sol is None:
+                            raise Conflict
+                        if sol[1] > 1:
+                            s.congruence(u, sol[0], sol[1])
+        zl, zh = lo[z], hi[z]
+        if zl == zh:
+            if zl != 0:
+                for u in (x, y):
+                    if lo[u] != hi[u]:
+                        s.restrict(u, _signed_divisors(zl, lo[u], hi[u]))
+            elif lo[x] > 0 or hi[x] < 0:
+                s.fix(y, 0)
+            elif lo[y] > 0 or hi[y] < 0:
+                s.fix(x, 0)
+        if lo[x] == hi[x] and lo[y] == hi[y]:
+            s.fix(z, lo[x] * lo[y])
+
+
+def _signed_divisors(n: int, lo: int, hi: int) -> list[int]:
+    ds = divisors(n)
+    out = [d for d in ds if lo <= d <= hi] if hi > 0 else []
+    if lo < 0:
+        out += [-d for d in ds if lo <= -d <= hi]
+    return out
+
+
+class FloorDiv:
+    """z = x // y (y != 0)."""
+
+    __slots__ = ("x", "y", "z", "vars")
+
+    def __init__(self, x: int, y: int, z: int) -> None:
+        self.x, self.y, self.z = x, y, z
+        self.vars = (x, y, z)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        x, y, z = self.x, self.y, self.z
+        s.remove(y, 0)
+        xl, xh, yl, yh = lo[x], hi[x], lo[y], hi[y]
+        parts = [(p, q) for p, q in ((yl, min(yh, -1)), (max(yl, 1), yh)) if p <= q]
+        los, his = [], []
+        for p, q in parts:
+            c = (xl // p, xl // q, xh // p, xh // q)
+            los.append(min(c))
+            his.append(max(c))
+        s.set_lo(z, min(los))
+        s.set_hi(z, max(his))
+        if yl == yh:
+            b, zl, zh = yl, lo[z], hi[z]
+            if b > 0:
+                s.set_lo(x, zl * b)
+                s.set_hi(x, zh * b + b - 1)
+            else:
+                s.set_lo(x, (zh + 1) * b + 1)
+                s.set_hi(x, zl * b)
+            if lo[x] == hi[x]:
+                s.fix(z, lo[x] // b)
+
+
+class Mod:
+    """z = x % y (y != 0), Python's sign convention: z has the sign of y."""
+
+    __slots__ = ("x", "y", "z", "vars")
+
+    def __init__(self, x: int, y: int, z: int) -> None:
+        self.x, self.y, self.z = x, y, z
+        self.vars = (x, y, z)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        x, y, z = self.x, self.y, self.z
+        s.remove(y, 0)
+        yl, yh = lo[y], hi[y]
+        zl = yl + 1 if yl < 0 else 0
+        zh = yh - 1 if yh > 0 else 0
+        if lo[x] >= 0 and yl > 0:
+            zh = min(zh, hi[x])
+        if hi[x] <= 0 and yh < 0:
+            zl = max(zl, lo[x])
+        s.set_lo(z, zl)
+        s.set_hi(z, zh)
+        if yl != yh:
+            return
+        b = yl
+        q = lo[x] // b
+        if q == hi[x] // b:  # x = q * b + z on the whole domain of x
+            s.set_lo(z, lo[x] - q * b)
+            s.set_hi(z, hi[x] - q * b)
+            s.set_lo(x, q * b + lo[z])
+            s.set_hi(x, q * b + hi[z])
+        if lo[z] == hi[z]:
+            s.congruence(x, lo[z], abs(b))
+        if lo[x] == hi[x]:
+            s.fix(z, lo[x] % b)
+
+
+class Power:
+    """z = x ** k for a constant k >= 2."""
+
+    __slots__ = ("x", "k", "z", "vars")
+
+    def __init__(self, x: int, k: int, z: int) -> None:
+        self.x, self.k, self.z = x, k, z
+        self.vars = (x, z)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        x, k, z = self.x, self.k, self.z
+        xl, xh = lo[x], hi[x]
+        if k % 2 or xl >= 0:
+            zl, zh = xl**k, xh**k
+        elif xh <= 0:
+            zl, zh = xh**k, xl**k
+        else:
+            zl, zh = 0, max(xl**k, xh**k)
+        s.set_lo(z, zl)
+        s.set_hi(z, zh)
+        zl, zh = lo[z], hi[z]
+        if k % 2:
+            r_hi = iroot(zh, k) if zh >= 0 else -_iroot_up(-zh, k)
+            r_lo = _iroot_up(zl, k) if zl >= 0 else -iroot(-zl, k)
+            s.set_lo(x, r_lo)
+            s.set_hi(x, r_hi)
+        else:
+            r = iroot(zh, k)
+            s.set_lo(x, -r)
+            s.set_hi(x, r)
+            inner = _iroot_up(max(zl, 0), k)
+            if lo[x] > -inner:
+                s.set_lo(x, inner)
+            elif hi[x] < inner:
+                s.set_hi(x, -inner)
+        if lo[z] == hi[z]:
+            r = iroot(abs(lo[z]), k)
+            if r**k != abs(lo[z]) or (lo[z] < 0 and k % 2 == 0):
+                raise Conflict
+            s.restrict(x, [-r, r] if k % 2 == 0 else [r if lo[z] >= 0 else -r])
+        if lo[x] == hi[x]:
+            s.fix(z, lo[x] ** k)
+
+
+def _iroot_up(n: int, k: int) -> int:
+    r = iroot(n, k)
+    return r if r**k == n else r + 1
+
+
+class Divides:
+    """d divides n: d != 0 and n % d == 0."""
+
+    __slots__ = ("d", "n", "vars")
+
+    def __init__(self, d: int, n: int) -> None:
+        self.d, self.n = d, n
+        self.vars = (d, n)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        d, n = self.d, self.n
+        s.remove(d, 0)
+        nl, nh = lo[n], hi[n]
+        if nl > 0 or nh < 0:  # n != 0, so |d| <= |n|
+            big = max(-nl, nh)
+            s.set_lo(d, -big)
+            s.set_hi(d, big)
+            if nl > 0 and lo[d] > 0:
+                s.set_lo(n, lo[d])
+        if lo[d] == hi[d]:
+            s.congruence(n, 0, abs(lo[d]))
+        elif lo[n] == hi[n] and lo[n] != 0:
+            s.restrict(d, _signed_divisors(lo[n], lo[d], hi[d]))
+        if lo[d] == hi[d] and lo[n] == hi[n] and lo[n] % lo[d]:
+            raise Conflict
+
+
+class AllDifferent:
+    __slots__ = ("vars",)
+
+    def __init__(self, xs: list[int]) -> None:
+        self.vars = tuple(xs)
+
+    def propagate(self, s: Store) -> None:
+        lo, hi = s.lo, s.hi
+        seen: set[int] = set()
+        for x in self.vars:
+            if lo[x] == hi[x]:
+                if lo[x] in seen:
+                    raise Conflict
+                seen.add(lo[x])
+        if seen:
+            for x in self.vars:
+                if lo[x] != hi[x]:
+                    for v in seen:
+                        if lo[x] <= v <= hi[x]:
+                            s.remove(x, v)
+
+
+class AnyOf:
+    """At least one disjunct holds; each disjunct is judged on the bounds of the user variables.
+
+    A disjunct is impossible when interval reasoning (exact once its variables are fixed) rules it out.
+    When one disjunct is left and it compiled to propagators over user variables, they run.
+    """
+
+    __slots__ = ("items", "direct", "vars")
+
+    def __init__(self, items: list, direct: list, xs: list[int]) -> None:
+        self.items, self.direct, self.vars = items, direct, tuple(xs)
+
+    def propagate(self, s: Store) -> None:
+        alive = [k for k, c in enumerate(self.items) if possible(c, s.lo, s.hi)]
+        if not alive:
+            raise Conflict
+        if len(alive) == 1:
+            for p in self.direct[alive[0]]:
+                p.propagate(s)
+
+
+def possible(c, lo: list[int], hi: list[int]) -> bool:
+    """False when constraint `c` cannot hold for any values within the bounds."""
+    kind = type(c).__name__
+    if kind == "Compare":
+        a = interval(c.lhs, lo, hi)
+        b = interval(c.rhs, lo, hi)
+        if a is None or b is None:
+            return False
+        op = c.op
+        if op == "==":
+            return a[0] <= b[1] and b[0] <= a[1]
+        if op == "!=":
+            return not (a[0] == a[1] == b[0] == b[1])
+        if op == "<=":
+            return a[0] <= b[1]
+        if op == "<":
+            return a[0] < b[1]
+        if op == ">=":
+            return a[1] >= b[0]
+        return a[1] > b[0]
+    if kind == "AnyOf":
+        return any(possible(d, lo, hi) for d in c.items)
+    if kind == "Divides":
+        d = interval(c.divisor, lo, hi)
+        n = interval(c.multiple, lo, hi)
+        if d is None or n is None or d == (0, 0):
+            return False
+        return not (d[0] == d[1] and n[0] == n[1] and n[0] % d[0])
+    fixed = [interval(x, lo, hi) for x in c.items]  # AllDifferent
+    if any(r is None for r in fixed):
+        return False
+    vals = [r[0] for r in fixed if r[0] == r[1]]
+    return len(set(vals)) == len(vals)

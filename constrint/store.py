@@ -1,0 +1,189 @@
+"""Domain store with a trail: every change records the old domain so search can undo to a mark.
+
+Variable i has bounds lo[i]..hi[i], a congruence i = rs[i] (mod md[i]) and optionally vs[i], the frozenset of
+values left (None when only the interval and congruence are known). Bounds always lie on values of the domain.
+A change wakes the propagators watching the variable; an emptied domain raises Conflict.
+"""
+from __future__ import annotations
+
+from .domain import SMALL_SET, crt
+
+
+class Conflict(Exception):
+    """A domain became empty (internal to propagation and search)."""
+
+
+class Store:
+    __slots__ = ("lo", "hi", "md", "rs", "vs", "trail", "watch", "queue", "queued")
+
+    def __init__(self) -> None:
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.md: list[int] = []
+        self.rs: list[int] = []
+        self.vs: list[frozenset[int] | None] = []
+        self.trail: list[tuple] = []
+        self.watch: list[list[int]] = []
+        self.queue: list[int] = []
+        self.queued: list[bool] = []
+
+    def new_var(self, lo: int, hi: int, values: frozenset[int] | None = None) -> int:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.md.append(1)
+        self.rs.append(0)
+        self.vs.append(values)
+        self.watch.append([])
+        return len(self.lo) - 1
+
+    def size(self, i: int) -> int:
+        vs = self.vs[i]
+        return len(vs) if vs is not None else (self.hi[i] - self.lo[i]) // self.md[i] + 1
+
+    def values(self, i: int):
+        vs = self.vs[i]
+        return sorted(vs) if vs is not None else range(self.lo[i], self.hi[i] + 1, self.md[i])
+
+    def _save(self, i: int) -> None:
+        self.trail.append((i, self.lo[i], self.hi[i], self.md[i], self.rs[i], self.vs[i]))
+
+    def _wake(self, i: int) -> None:
+        queued = self.queued
+        for p in self.watch[i]:
+            if not queued[p]:
+                queued[p] = True
+                self.queue.append(p)
+
+    def mark(self) -> int:
+        return len(self.trail)
+
+    def undo(self, mark: int) -> None:
+        trail = self.trail
+        lo, hi, md, rs, vs = self.lo, self.hi, self.md, self.rs, self.vs
+        while len(trail) > mark:
+            i, lo[i], hi[i], md[i], rs[i], vs[i] = trail.pop()
+
+    def set_lo(self, i: int, v: int) -> None:
+        if v <= self.lo[i]:
+            return
+        hi = self.hi[i]
+        if v > hi:
+            raise Conflict
+        m = self.md[i]
+        if m != 1:
+            v += (self.rs[i] - v) % m
+            if v > hi:
+                raise Conflict
+        self._save(i)
+        vs = self.vs[i]
+        if vs is not None:
+            vs = frozenset([x for x in vs if x >= v])
+            if not vs:
+                raise Conflict
+            self.vs[i] = vs
+            v = min(vs)
+        self.lo[i] = v
+        self._wake(i)
+
+    def set_hi(self, i: int, v: int) -> None:
+        if v >= self.hi[i]:
+            return
+        lo = self.lo[i]
+        if v < lo:
+            raise Conflict
+        m = self.md[i]
+        if m != 1:
+            v -= (v - self.rs[i]) % m
+            if v < lo:
+                raise Conflict
+        self._save(i)
+        vs = self.vs[i]
+        if vs is not None:
+            vs = frozenset([x for x in vs if x <= v])
+            if not vs:
+                raise Conflict
+            self.vs[i] = vs
+            v = max(vs)
+        self.hi[i] = v
+        self._wake(i)
+
+    def fix(self, i: int, v: int) -> None:
+        lo, hi = self.lo[i], self.hi[i]
+        if lo == hi:
+            if v != lo:
+                raise Conflict
+            return
+        if v < lo or v > hi or (v - self.rs[i]) % self.md[i]:
+            raise Conflict
+        vs = self.vs[i]
+        if vs is not None:
+            if v not in vs:
+                raise Conflict
+            vs = frozenset((v,))
+        self._save(i)
+        self.lo[i] = self.hi[i] = v
+        self.vs[i] = vs
+        self._wake(i)
+
+    def remove(self, i: int, v: int) -> None:
+        """Remove value v; a hole inside a large interval without a value set is not represented."""
+        lo, hi = self.lo[i], self.hi[i]
+        if v == lo:
+            self.set_lo(i, v + 1)
+        elif v == hi:
+            self.set_hi(i, v - 1)
+        elif lo < v < hi:
+            vs = self.vs[i]
+            if vs is not None:
+                if v in vs:
+                    self._save(i)
+                    self.vs[i] = vs - {v}
+                    self._wake(i)
+            elif (v - self.rs[i]) % self.md[i] == 0 and (hi - lo) // self.md[i] < SMALL_SET:
+                self._save(i)
+                self.vs[i] = frozenset(range(lo, hi + 1, self.md[i])) - {v}
+                self._wake(i)
+
+    def restrict(self, i: int, allowed) -> None:
+        """Keep only values in the iterable `allowed`."""
+        lo, hi, m, r, vs = self.lo[i], self.hi[i], self.md[i], self.rs[i], self.vs[i]
+        if vs is None:
+            keep = frozenset([x for x in allowed if lo <= x <= hi and (x - r) % m == 0])
+            old = (hi - lo) // m + 1
+        else:
+            keep = vs.intersection(allowed)
+            old = len(vs)
+        if len(keep) == old:
+            return
+        if not keep:
+            raise Conflict
+        self._save(i)
+        self.vs[i] = keep
+        self.lo[i] = min(keep)
+        self.hi[i] = max(keep)
+        self._wake(i)
+
+    def congruence(self, i: int, r: int, m: int) -> None:
+        """Impose i = r (mod m), m >= 1."""
+        old_m, old_r = self.md[i], self.rs[i]
+        if old_m % m == 0 and (old_r - r) % m == 0:
+            return
+        both = crt(old_r, old_m, r % m, m)
+        if both is None:
+            raise Conflict
+        r, m = both
+        lo, hi = self.lo[i], self.hi[i]
+        lo += (r - lo) % m
+        hi -= (hi - r) % m
+        if lo > hi:
+            raise Conflict
+        self._save(i)
+        vs = self.vs[i]
+        if vs is not None:
+            vs = frozenset([x for x in vs if (x - r) % m == 0])
+            if not vs:
+                raise Conflict
+            self.vs[i] = vs
+            lo, hi = min(vs), max(vs)
+        self.md[i], self.rs[i], self.lo[i], self.hi[i] = m, r, lo, hi
+        self._wake(i)
