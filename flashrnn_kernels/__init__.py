@@ -1,0 +1,24 @@
+"""Fast recurrent networks on NVIDIA GPUs: fused persistent kernels planned by a constraint solver.
+
+Public API: `flashrnn` (the recurrent op), `FlashLSTM` (nn.Module), `get_cell`, and `plan` / `KernelPlan`
+(the fused kernel's planner, imported on first use).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .cells import CellSpec, get_cell
+from .dispatch import ReferenceFallbackWarning, flashrnn
+from .nn import FlashLSTM
+
+_LAZY_PLAN_NAMES = ("plan", "KernelPlan")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_PLAN_NAMES:
+        return getattr(importlib.import_module(".fused.plan", __name__), name)
+    raise AttributeError(f"module 'flashrnn_kernels' has no attribute {name!r}")
+
+
+__all__ = ["CellSpec", "FlashLSTM", "KernelPlan", "ReferenceFallbackWarning", "flashrnn", "get_cell", "plan"]

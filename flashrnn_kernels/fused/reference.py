@@ -1,0 +1,39 @@
+"""Pure-PyTorch step loop over a CellSpec: the test oracle and the CPU path of `flashrnn`.
+
+Tensors: Wx [B, T, G, NH, DH], R [G, NH, DH, DH] (gate, head, out, in), b [G, NH, DH], states [S, B, NH, DH].
+Pre-activation of gate g at step t: Wx[:, t, g] + b[g] + R[g] @ h_{t-1} per head. Gradients come from autograd.
+
+Precision: float32 and float64 inputs are computed in their own dtype (float64 is the oracle of the tests);
+bfloat16 and float16 inputs are computed in float32 and the results rounded back, as the fused kernel keeps its
+accumulators and states in float32.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..cells import CellSpec, get_cell
+
+
+def flashrnn_reference(
+    Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str | CellSpec = "lstm"
+) -> tuple[Tensor, Tensor]:
+    """Run `cell` over the sequence; returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in Wx's dtype.
+
+    Inputs are assumed validated (see `flashrnn_kernels.flashrnn`): consistent shapes, one dtype and device.
+    """
+    spec = get_cell(cell)
+    out_dtype = Wx.dtype
+    compute = out_dtype if out_dtype in (torch.float32, torch.float64) else torch.float32
+    Wx, R, b, states = (t.to(compute) for t in (Wx, R, b, states))
+    current = {name: states[k] for k, name in enumerate(spec.states)}
+    outputs = []
+    for t in range(Wx.shape[1]):
+        recurrent = torch.einsum("gnoi,bni->bgno", R, current[spec.states[0]])
+        pre = Wx[:, t] + b + recurrent  # [B, G, NH, DH]
+        new, _ = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
+        current = new
+        outputs.append(current[spec.states[0]])
+    h = torch.stack(outputs, dim=1)
+    last = torch.stack([current[name] for name in spec.states], dim=0)
+    return h.to(out_dtype), last.to(out_dtype)
