@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import csv
 import datetime
+import json
 import os
 import platform
 import statistics
+import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -167,6 +170,7 @@ def plot(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     usable = [r for r in rows if isinstance(r.get(y), (int, float)) and r.get(y) == r.get(y)]
     labels: list[Any] = []
@@ -189,11 +193,15 @@ def plot(
         ax.set_xticklabels([str(v) for v in labels])
     if logx:
         ax.set_xscale("log", base=2)
+    if numeric_x and labels:
+        ax.set_xticks(sorted(labels))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(title)
+    ax.set_title(title, fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     if by_series:
         ax.legend(fontsize="small")
@@ -229,3 +237,138 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     denom = e.abs().max().item()
     diff = (a - e).abs().max().item()
     return diff / denom if denom > 0 else diff
+
+
+def measure(fn: Callable[[], Any], *, budget_ms: float = 1500.0, max_repeat: int = 50) -> float:
+    """Median milliseconds of ``fn()`` with the repeat count chosen so the timed calls take about ``budget_ms``.
+
+    One untimed probe call sizes the run (at least 3, at most ``max_repeat`` timed calls, a fifth as
+    many warm-up calls), so slow anchors cost seconds rather than minutes.
+    """
+    probe = time_once(fn)
+    repeat = int(min(max_repeat, max(3, budget_ms / max(probe, 1e-3))))
+    return time_cuda(fn, warmup=min(10, max(1, repeat // 5)), repeat=repeat)
+
+
+def attempt(label: str, fn: Callable[[], Any], errors: list[str]) -> Any:
+    """``fn()``, or None after printing its traceback to stderr and appending ``"label: error"`` to ``errors``.
+
+    Benchmarks keep going past a failing implementation and record why it failed in their table.
+    """
+    try:
+        return fn()
+    except Exception as exc:  # every failure is reported in the row and the log, then the run continues
+        print(f"[{label}] failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        errors.append(f"{label}: {type(exc).__name__}: {message[:160]}")
+        return None
+
+
+def cuda_context_alive() -> bool:
+    """False when the CUDA context is unusable (a sticky error such as an illegal address); True on CPU."""
+    if not torch.cuda.is_available():
+        return True
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return True
+    except Exception:  # a sticky CUDA error: only a new process can recover
+        traceback.print_exc()
+        return False
+
+
+def worker_loop(spec_path: str, out_path: str, run_job: Callable[[dict, dict], dict]) -> int:
+    """Run the jobs listed in ``spec_path`` (JSON ``{"opts": {...}, "jobs": [[id, job], ...]}``) in order.
+
+    Appends one JSON line ``{"start": id}`` before and ``{"done": id, "result": {...}}`` after each job to
+    ``out_path``. Returns 3 (so the parent starts a fresh process) as soon as the CUDA context is lost.
+    """
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    with open(out_path, "a", encoding="utf-8") as out:
+        for job_id, job in spec["jobs"]:
+            out.write(json.dumps({"start": job_id}) + "\n")
+            out.flush()
+            errors: list[str] = []
+            result = attempt(f"job {job_id}", lambda: run_job(job, spec["opts"]), errors)
+            if result is None:
+                result = {"errors": errors}
+            out.write(json.dumps({"done": job_id, "result": result}) + "\n")
+            out.flush()
+            if not cuda_context_alive():
+                return 3
+    return 0
+
+
+def run_isolated(
+    script: str,
+    jobs: list[dict],
+    opts: dict,
+    *,
+    job_timeout_s: float,
+    budget_s: float | None = None,
+    on_result: Callable[[dict[int, dict]], None] | None = None,
+) -> dict[int, dict]:
+    """Run ``jobs`` in worker processes (``python script --worker SPEC OUT``), restarting after a crash.
+
+    A job that kills its worker, or runs past ``job_timeout_s``, gets an error result and the next
+    worker continues with the following job; once ``budget_s`` seconds have passed, jobs not yet
+    started are skipped with an error result. ``on_result`` sees all results after each finished job.
+    Returns ``{job index: result dict}`` for every job.
+    """
+    import subprocess
+    import tempfile
+
+    results: dict[int, dict] = {}
+    begin = time.monotonic()
+    pending = list(range(len(jobs)))
+    with tempfile.TemporaryDirectory(prefix="bench_jobs_") as tmp:
+        attempt_no = 0
+        while pending:
+            if budget_s is not None and time.monotonic() - begin > budget_s:
+                for index in pending:
+                    results[index] = {"errors": [f"skipped: time budget of {budget_s:.0f} s used up"]}
+                break
+            attempt_no += 1
+            spec_path, out_path = f"{tmp}/spec{attempt_no}.json", f"{tmp}/out{attempt_no}.jsonl"
+            with open(spec_path, "w", encoding="utf-8") as handle:
+                json.dump({"opts": opts, "jobs": [[i, jobs[i]] for i in pending]}, handle)
+            open(out_path, "w", encoding="utf-8").close()
+            proc = subprocess.Popen([sys.executable, script, "--worker", spec_path, out_path])
+            current, current_since, consumed, reason = None, time.monotonic(), 0, None
+            while True:
+                finished = proc.poll() is not None
+                with open(out_path, encoding="utf-8") as handle:
+                    lines = handle.read().splitlines()
+                for line in lines[consumed:]:
+                    try:
+                        event = json.loads(line)
+                    except json.JSONDecodeError:
+                        break  # a line still being written; read it on the next poll
+                    consumed += 1
+                    if "start" in event:
+                        current, current_since = event["start"], time.monotonic()
+                    else:
+                        results[event["done"]] = event["result"]
+                        current = None
+                        if on_result is not None:
+                            on_result(results)
+                if finished:
+                    reason = f"worker exited with code {proc.returncode}"
+                    break
+                if current is not None and time.monotonic() - current_since > job_timeout_s:
+                    proc.kill()
+                    proc.wait()
+                    reason = f"timed out after {job_timeout_s:.0f} s (worker killed)"
+                    break
+                time.sleep(0.5)
+            unresolved = [i for i in pending if i not in results]
+            if current is not None and current in unresolved:
+                results[current] = {"errors": [f"{reason} during this job; see the log for its traceback"]}
+            elif unresolved and proc.returncode not in (3,):
+                for index in unresolved:
+                    results[index] = {"errors": [f"not run: {reason} before starting it"]}
+            if on_result is not None:
+                on_result(results)
+            pending = [i for i in pending if i not in results]
+    return results
