@@ -1,0 +1,598 @@
+"""Model text: `parse(text, dialect)` reads a model file into a `Model`.
+
+``dialect="python"`` (the default)
+    A statement ends at ``;`` or at the end of a line; parentheses carry it over several lines, as in Python.
+    ``#`` starts a comment. Expressions use Python's operators and precedence: ``+ - * // % **`` (constant
+    exponent), unary minus, integers and names. A statement is a constraint: a comparison with
+    ``== != <= < >= >`` (a chain such as ``1 <= x <= 9`` means each link), ``e in [a, b, c]``,
+    ``e in [lo..hi]`` (and ``not in``), ``all_different(a, b, ...)``, ``divides(d, m)``, or these joined by
+    ``and``, ``or``, ``not``. At the top level ``NAME == [8, 16, 32]``, ``NAME in [8, 16, 32]`` and
+    ``NAME in [lo..hi]`` with constant values declare NAME's domain; a name declared twice keeps its first
+    declaration as the domain, and the later ones become constraints.
+
+``dialect="constrint"``
+    The files that flashrnn's ConstrINT reads, with ConstrINT's meaning. ``#`` comments; only ``;`` ends a
+    statement. A statement is split in this order: ``|`` (or; ``||`` too), ``<=``, ``% ... == 0`` (the left
+    side is divisible by the whole right side: ``H % A * B == 0`` means A*B divides H), ``==`` (a
+    ``[list]`` side means the other side is one of its values; ``NAME == [list]`` declares NAME's domain),
+    ``+``, ``*``, ``^`` (power by an integer). Parentheses are cosmetic: they must balance but do not group,
+    so ``(A + B) * C`` means ``A + B * C``. There is no ``-``, ``/``, ``<``, ``>``, ``>=`` or ``!=``.
+
+In both dialects a name without a declared domain is an integer in [1, 2**30], and every constraint is added
+under its text as written, which is how `Infeasible.core` names it. Syntax errors raise `ParseError` with the
+1-based line and column in the original text.
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+import contextlib
+import functools
+import operator
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence, Union
+
+from .constraints import Constraint
+from .errors import ConstrintError, ParseError
+from .expr import Expr, IntVar
+from .model import Model
+
+DIALECTS = ("python", "constrint")
+DEFAULT_DOMAIN = (1, 2**30)
+MAX_CLAUSES = 256  # an `or` over `and`s is expanded into this many disjunctions at most
+MAX_CONSTANT_BITS = 4096  # a constant power larger than this is refused rather than computed
+
+Value = Union[Expr, int]
+Pos = tuple[int, int]  # 1-based line and column
+Lookup = Callable[[str, Pos], Value]
+
+
+def parse(text: str, dialect: str = "python") -> Model:
+    """The model written in `text` in `dialect`; raises ParseError (with line and column) on bad text."""
+    if dialect == "python":
+        return _PythonReader(text).read()
+    if dialect == "constrint":
+        return _ConstrintReader(text).read()
+    raise ConstrintError(f"unknown dialect {dialect!r}; use one of {', '.join(map(repr, DIALECTS))}")
+
+
+def parse_expression(text: str, model: Model, dialect: str = "python") -> Value:
+    """One expression over the existing variables of `model`, e.g. an objective given on a command line."""
+
+    def existing(name: str, pos: Pos) -> Value:
+        if name not in model.variables:
+            known = ", ".join(list(model.variables)[:12])
+            raise ParseError(f"unknown variable {name!r}; the model has {known or 'no variables'}", *pos)
+        return model.variables[name]
+
+    if dialect == "python":
+        return _PythonReader(text).expression(existing)
+    if dialect == "constrint":
+        return _ConstrintReader(text).expression(existing)
+    raise ConstrintError(f"unknown dialect {dialect!r}; use one of {', '.join(map(repr, DIALECTS))}")
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """A declared domain: `values`, or the interval [lo, hi] when `values` is None."""
+
+    lo: int
+    hi: int
+    values: tuple[int, ...] | None
+    pos: Pos
+
+
+class _Builder:
+    """Creates each variable at its first use, with its declared domain, and adds named constraints."""
+
+    def __init__(self, domains: dict[str, _Declared]) -> None:
+        self.model = Model()
+        self.domains = domains
+
+    def var(self, name: str, pos: Pos) -> IntVar:
+        if name in self.model.variables:
+            return self.model.variables[name]
+        spec = self.domains.get(name)
+        try:
+            if spec is None:
+                return self.model.int_var(*DEFAULT_DOMAIN, name)
+            if spec.values is not None:
+                return self.model.int_var(values=spec.values, name=name)
+            return self.model.int_var(spec.lo, spec.hi, name)
+        except ConstrintError as exc:
+            raise ParseError(str(exc), *(spec.pos if spec else pos)) from None
+
+    def add(self, clause: Sequence[Constraint], name: str, pos: Pos) -> None:
+        """Add the disjunction of `clause` (one constraint when it has one item) under `name`."""
+        with _located(pos):
+            constraint = clause[0] if len(clause) == 1 else self.model.any_of(list(clause))
+            self.model.add(constraint, name=name)
+
+
+@contextlib.contextmanager
+def _located(pos: Pos) -> Iterator[None]:
+    """Turn a ConstrintError raised while building into a ParseError at `pos`."""
+    try:
+        yield
+    except ParseError:
+        raise
+    except ConstrintError as exc:
+        raise ParseError(str(exc), *pos) from None
+
+
+def _fold(op: str, a: int, b: int, pos: Pos) -> int:
+    """`a op b` for two constants, refusing division by zero and huge powers."""
+    if op in ("//", "%") and b == 0:
+        raise ParseError(f"division by zero in the constant expression {a} {op} {b}", *pos)
+    if op == "**":
+        if b < 0:
+            raise ParseError(f"negative exponent in {a} ** {b}; use an integer >= 0", *pos)
+        if abs(a) > 1 and b * abs(a).bit_length() > MAX_CONSTANT_BITS:
+            raise ParseError(f"the constant {a} ** {b} is too large (over {MAX_CONSTANT_BITS} bits)", *pos)
+    return _OPERATORS[op](a, b)
+
+
+def _apply(op: str, a: Value, b: Value, pos: Pos) -> Value:
+    if isinstance(a, int) and isinstance(b, int):
+        return _fold(op, a, b, pos)
+    with _located(pos):
+        return _OPERATORS[op](a, b)
+
+
+def _compare(a: Value, op: str, b: Value, pos: Pos) -> Constraint:
+    if isinstance(a, int) and isinstance(b, int):
+        raise ParseError(f"'{a} {op} {b}' compares constants only; a constraint needs a variable", *pos)
+    with _located(pos):
+        return _COMPARISONS[op](a, b)
+
+
+def _clean(segment: str) -> str:
+    """Source text on one line: comments dropped, whitespace runs collapsed."""
+    return " ".join(re.sub(r"#[^\n]*", "", segment).split())
+
+
+_OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+              "%": operator.mod, "**": operator.pow}
+_COMPARISONS = {"==": operator.eq, "!=": operator.ne, "<=": operator.le, "<": operator.lt,
+                ">=": operator.ge, ">": operator.gt}
+_NEGATION = {"==": "!=", "!=": "==", "<=": ">", "<": ">=", ">=": "<", ">": "<="}
+
+# ---------------------------------------------------------------------------------------------- python
+
+_PY_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
+_PY_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.LtE: "<=", ast.Lt: "<", ast.GtE: ">=", ast.Gt: ">"}
+_PY_HINTS = {
+    ast.Div: "'/' is not an integer operation; use '//' (floor division)",
+    ast.BitXor: "'^' is bitwise xor in the python dialect; use '**' for powers",
+    ast.MatMult: "'..' only forms an interval, as in 'x in [lo..hi]'",
+    ast.Is: "'is' compares identity; use '=='",
+    ast.IsNot: "'is not' compares identity; use '!='",
+}
+_DOTS = re.compile(r"(?<!\.)\.\.(?!\.)")  # `lo..hi` is read as `lo @hi` (same length, so columns hold)
+
+Atom = tuple[Constraint, str]  # a constraint and its text
+Clauses = list[list[Atom]]  # a conjunction of disjunctions
+
+
+def _conjunction(parts: list[Clauses]) -> Clauses:
+    return [clause for part in parts for clause in part]
+
+
+def _disjunction(parts: list[Clauses], pos: Pos) -> Clauses:
+    result: Clauses = [[]]
+    for part in parts:
+        result = [left + right for left in result for right in part]
+        if len(result) > MAX_CLAUSES:
+            raise ParseError(f"this 'or' of 'and's expands to over {MAX_CLAUSES} disjunctions; split it", *pos)
+    return result
+
+
+class _NotConstant(Exception):
+    pass
+
+
+def _constant_only(name: str, pos: Pos) -> Value:
+    raise _NotConstant(name)
+
+
+class _PythonReader:
+    def __init__(self, text: str) -> None:
+        lines = text.replace("\r\n", "\n").split("\n")
+        self.indent: list[int] = []
+        plain, prepared = [], []
+        for number, line in enumerate(lines, 1):
+            body = line.lstrip(" \t\f")  # statements may be indented (a model kept in an indented string)
+            self.indent.append(len(line) - len(body))
+            code, hash_, comment = body.partition("#")
+            if "@" in code:
+                raise ParseError("'@' is not an operator of the python dialect; use '*'",
+                                 number, self.indent[-1] + code.index("@") + 1)
+            plain.append(body)
+            prepared.append(_DOTS.sub(" @", code) + hash_ + comment)
+        self.lines = prepared
+        self.plain = "\n".join(plain)
+        self.source = "\n".join(prepared)
+
+    def read(self) -> Model:
+        statements = []
+        for stmt in self._tree("exec").body:
+            if not isinstance(stmt, ast.Expr):
+                hint = "; write '==' for equality" if isinstance(stmt, (ast.Assign, ast.AugAssign)) else ""
+                raise ParseError(f"only constraints may stand here, not a Python {type(stmt).__name__} "
+                                 f"statement{hint}", *self.pos(stmt))
+            statements.append(stmt.value)
+        domains: dict[str, _Declared] = {}
+        chosen: dict[int, str] = {}
+        for index, node in enumerate(statements):
+            declared = self._declaration(node)
+            if declared is not None and declared[0] not in domains:
+                domains[declared[0]] = declared[1]
+                chosen[index] = declared[0]
+        self.builder = _Builder(domains)
+        for index, node in enumerate(statements):
+            if index in chosen:
+                self.builder.var(chosen[index], self.pos(node))
+                continue
+            clauses = self._clauses(node, False)
+            for clause in clauses:
+                name = self.text(node) if len(clauses) == 1 else " or ".join(text for _, text in clause)
+                self.builder.add([c for c, _ in clause], name, self.pos(node))
+        return self.builder.model
+
+    def expression(self, lookup: Lookup) -> Value:
+        return self._expr(self._tree("eval").body, lookup)
+
+    def _tree(self, mode: str) -> ast.AST:
+        try:
+            return ast.parse(self.source, mode=mode)
+        except SyntaxError as exc:
+            line = min(max(exc.lineno or 1, 1), len(self.lines))
+            raise ParseError(exc.msg, line, self.indent[line - 1] + max(exc.offset or 1, 1)) from None
+        except ValueError as exc:  # a NUL character
+            before = self.source.split("\0")[0]
+            raise ParseError(str(exc), before.count("\n") + 1, len(before.rsplit("\n", 1)[-1]) + 1) from None
+
+    def pos(self, node: ast.AST) -> Pos:
+        line = node.lineno
+        chars = len(self.lines[line - 1].encode()[: node.col_offset].decode(errors="ignore"))
+        return line, self.indent[line - 1] + chars + 1
+
+    def text(self, node: ast.AST) -> str:
+        return _clean(ast.get_source_segment(self.plain, node) or "")
+
+    def _declaration(self, node: ast.AST) -> tuple[str, _Declared] | None:
+        """(name, domain) when `node` is `NAME == [values]`, `NAME in [values]` or `NAME in [lo..hi]`."""
+        if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+            return None
+        left, op, right = node.left, node.ops[0], node.comparators[0]
+        if isinstance(op, ast.Eq) and isinstance(left, ast.List):
+            left, right = right, left
+        if not (isinstance(op, (ast.Eq, ast.In)) and isinstance(left, ast.Name) and isinstance(right, ast.List)):
+            return None
+        bounds = self._interval(right)
+        if bounds is not None:
+            lo, hi = (self._constant(b) for b in bounds)
+            if lo is None or hi is None:
+                return None
+            return left.id, _Declared(lo, hi, None, self.pos(node))
+        values = [self._constant(v) for v in right.elts]
+        if not values or None in values:
+            return None
+        return left.id, _Declared(min(values), max(values), tuple(values), self.pos(node))
+
+    def _constant(self, node: ast.AST) -> int | None:
+        try:
+            value = self._expr(node, _constant_only)
+        except _NotConstant:
+            return None
+        return value if isinstance(value, int) else None
+
+    @staticmethod
+    def _interval(node: ast.List) -> tuple[ast.AST, ast.AST] | None:
+        if len(node.elts) == 1 and isinstance(node.elts[0], ast.BinOp) and isinstance(node.elts[0].op, ast.MatMult):
+            return node.elts[0].left, node.elts[0].right
+        return None
+
+    def _expr(self, node: ast.AST, lookup: Lookup) -> Value:
+        pos = self.pos(node)
+        if isinstance(node, ast.Constant):
+            if type(node.value) is int:
+                return node.value
+            raise ParseError(f"{node.value!r} is not an integer; models hold integers only", *pos)
+        if isinstance(node, ast.Name):
+            return lookup(node.id, pos)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            value = self._expr(node.operand, lookup)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.BinOp):
+            op = _PY_BINOPS.get(type(node.op))
+            if op is None:
+                raise ParseError(_PY_HINTS.get(type(node.op), "unsupported operator; use + - * // % **"), *pos)
+            return _apply(op, self._expr(node.left, lookup), self._expr(node.right, lookup), pos)
+        if isinstance(node, ast.Call):
+            raise ParseError(f"{self.text(node)!r} is a call; all_different(...) and divides(d, m) are the only "
+                             f"ones, and each is a whole constraint", *pos)
+        what = "a constraint" if isinstance(node, (ast.Compare, ast.BoolOp)) else "this syntax"
+        raise ParseError(f"expected an integer expression, found {what} ({self.text(node)!r})", *pos)
+
+    def _clauses(self, node: ast.AST, negate: bool) -> Clauses:
+        """`node` (negated when `negate`) as a conjunction of disjunctions of atomic constraints."""
+        pos = self.pos(node)
+        if isinstance(node, ast.BoolOp):
+            parts = [self._clauses(v, negate) for v in node.values]
+            return _conjunction(parts) if isinstance(node.op, ast.And) != negate else _disjunction(parts, pos)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self._clauses(node.operand, not negate)
+        if isinstance(node, ast.Compare):
+            links, left = [], node.left
+            for op, right in zip(node.ops, node.comparators):
+                links.append(self._link(node, left, op, right, negate))
+                left = right
+            return _disjunction(links, pos) if negate else _conjunction(links)
+        if isinstance(node, ast.Call):
+            if negate:
+                raise ParseError(f"'not' cannot negate {self.text(node.func)}(...)", *pos)
+            return [[(self._call(node), self.text(node))]]
+        raise ParseError(f"a statement must be a constraint (a comparison, 'in', all_different or divides), "
+                         f"found {self.text(node)!r}", *pos)
+
+    def _link(self, node: ast.Compare, left: ast.AST, op: ast.cmpop, right: ast.AST, negate: bool) -> Clauses:
+        """One link `left op right` of a comparison chain."""
+        pos = self.pos(left)
+        if type(op) in _PY_HINTS:
+            raise ParseError(_PY_HINTS[type(op)], *pos)
+        text = self.text(node) if len(node.ops) == 1 else ""
+        lookup = self.builder.var
+        if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(left, ast.List) and not isinstance(right, ast.List):
+            left, right = right, left
+        membership = isinstance(op, (ast.In, ast.NotIn)) or isinstance(right, ast.List)
+        if not membership:
+            symbol = _PY_COMPARE[type(op)]
+            a, b = self._expr(left, lookup), self._expr(right, lookup)
+            constraint = _compare(a, _NEGATION[symbol] if negate else symbol, b, pos)
+            return [[(constraint, text if text and not negate else constraint.text())]]
+        if not isinstance(right, ast.List) or isinstance(left, ast.List):
+            raise ParseError(f"'{self.text(node)}': a membership test needs an expression and a list "
+                             f"[a, b, c] or [lo..hi]", *pos)
+        inside = isinstance(op, (ast.In, ast.Eq)) != negate
+        value = self._expr(left, lookup)
+        bounds = self._interval(right)
+        if bounds is not None:
+            lo, hi = (self._expr(b, lookup) for b in bounds)
+            atoms = [_compare(lo, "<=", value, pos), _compare(value, "<=", hi, pos)] if inside else \
+                [_compare(value, "<", lo, pos), _compare(value, ">", hi, pos)]
+        else:
+            if not right.elts:
+                raise ParseError("an empty list has no values; give at least one", *self.pos(right))
+            atoms = [_compare(value, "==" if inside else "!=", self._expr(v, lookup), pos) for v in right.elts]
+        named = [(c, c.text()) for c in atoms]
+        if (bounds is not None) == inside:  # both atoms must hold
+            return [[atom] for atom in named]
+        return [[(c, text or t) for c, t in named]] if len(named) == 1 else [named]
+
+    def _call(self, node: ast.Call) -> Constraint:
+        pos = self.pos(node)
+        name = node.func.id if isinstance(node.func, ast.Name) else self.text(node.func)
+        if node.keywords or name not in ("all_different", "divides"):
+            raise ParseError(f"unknown call {name}(...); the python dialect knows all_different(a, b, ...) "
+                             f"and divides(d, m) with positional arguments", *pos)
+        args = node.args
+        if name == "all_different" and len(args) == 1 and isinstance(args[0], (ast.List, ast.Tuple)):
+            args = args[0].elts
+        values = [self._expr(a, self.builder.var) for a in args]
+        with _located(pos):
+            if name == "divides":
+                if len(values) != 2:
+                    raise ParseError(f"divides takes 2 arguments (divisor, multiple), got {len(values)}", *pos)
+                return self.builder.model.divides(*values)
+            return self.builder.model.all_different(values)
+
+# ---------------------------------------------------------------------------------------------- constrint
+
+
+_TOKEN = re.compile(r"(?P<skip>\s+|#[^\n]*)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<int>[0-9]+)"
+                    r"|(?P<op>\|\||<=|==|[;|%+*^()\[\],])")
+_CONSTRINT_HINTS = {
+    "-": "the constrint dialect has no '-'; move the term to the other side",
+    "/": "the constrint dialect has no '/'; multiply the other side instead",
+    "<": "the constrint dialect has no '<'; write 'a + 1 <= b'",
+    ">": "the constrint dialect has no '>' or '>='; swap the sides and use '<='",
+    "!": "the constrint dialect has no '!='; use dialect='python'",
+    "=": "a single '=' is no operator; write '=='",
+}
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # "name", "int" or "op"
+    text: str
+    start: int
+    end: int
+
+
+class _ConstrintReader:
+    def __init__(self, text: str) -> None:
+        self.text = text.replace("\r\n", "\n")
+        self.line_starts = [0] + [i + 1 for i, ch in enumerate(self.text) if ch == "\n"]
+        self.tokens = self._tokenize()
+        self.lookup: Lookup = _constant_only
+        self.model = Model()
+
+    def pos(self, token: _Token) -> Pos:
+        line = bisect.bisect_right(self.line_starts, token.start)
+        return line, token.start - self.line_starts[line - 1] + 1
+
+    def _tokenize(self) -> list[_Token]:
+        tokens, at = [], 0
+        while at < len(self.text):
+            match = _TOKEN.match(self.text, at)
+            if match is None:
+                bad = _Token("op", self.text[at], at, at + 1)
+                hint = _CONSTRINT_HINTS.get(bad.text, "use names, integers, [lists] and ; | <= == % + * ^ ( )")
+                raise ParseError(f"unexpected {bad.text!r}: {hint}", *self.pos(bad))
+            if match.lastgroup != "skip":
+                tokens.append(_Token(match.lastgroup, match.group(), at, match.end()))
+            at = match.end()
+        return tokens
+
+    def read(self) -> Model:
+        statements = []
+        current: list[_Token] = []
+        for token in self.tokens + [_Token("op", ";", len(self.text), len(self.text))]:
+            if token.text != ";":
+                current.append(token)
+                continue
+            self._check_parens(current)
+            body = [t for t in current if t.text not in ("(", ")")]
+            if body:
+                text = _clean(self.text[current[0].start: current[-1].end])
+                statements.append((body, text, self.pos(current[0])))
+            current = []
+        domains: dict[str, _Declared] = {}
+        chosen: dict[int, str] = {}
+        for index, (body, _, pos) in enumerate(statements):
+            declared = self._declaration(body)
+            if declared is not None and declared[0] not in domains:
+                name, values = declared
+                domains[name] = _Declared(min(values), max(values), values, pos)
+                chosen[index] = name
+        builder = _Builder(domains)
+        self.lookup, self.model = builder.var, builder.model
+        for index, (body, text, pos) in enumerate(statements):
+            if index in chosen:
+                builder.var(chosen[index], pos)
+            else:
+                builder.add(self._statement(body), text, pos)
+        return builder.model
+
+    def expression(self, lookup: Lookup) -> Value:
+        self._check_parens(self.tokens)
+        body = [t for t in self.tokens if t.text not in ("(", ")")]
+        for token in body:
+            if token.text in (";", "|", "||", "<=", "==", "%", "[", "]", ","):
+                raise ParseError(f"{token.text!r} cannot appear in an expression; use + * ^", *self.pos(token))
+        self.lookup = lookup
+        end = _Token("op", "", len(self.text), len(self.text))
+        return self._sum(body, end)
+
+    def _check_parens(self, tokens: list[_Token]) -> None:
+        open_: list[_Token] = []
+        for token in tokens:
+            if token.text == "(":
+                open_.append(token)
+            elif token.text == ")":
+                if not open_:
+                    raise ParseError("')' has no matching '('", *self.pos(token))
+                open_.pop()
+        if open_:
+            raise ParseError("'(' is never closed in this statement", *self.pos(open_[-1]))
+
+    def _declaration(self, body: list[_Token]) -> tuple[str, tuple[int, ...]] | None:
+        """(name, values) when the statement is exactly `NAME == [values]` or `[values] == NAME`."""
+        if len(body) >= 5 and body[0].kind == "name" and body[1].text == "==" and self._is_list(body[2:]):
+            return body[0].text, self._list(body[2:])
+        if len(body) >= 5 and body[-1].kind == "name" and body[-2].text == "==" and self._is_list(body[:-2]):
+            return body[-1].text, self._list(body[:-2])
+        return None
+
+    @staticmethod
+    def _is_list(tokens: list[_Token]) -> bool:
+        inner = tokens[1:-1]
+        return (len(tokens) >= 3 and tokens[0].text == "[" and tokens[-1].text == "]" and len(inner) % 2 == 1
+                and all(t.kind == "int" if i % 2 == 0 else t.text == "," for i, t in enumerate(inner)))
+
+    def _list(self, tokens: list[_Token]) -> tuple[int, ...]:
+        """The integers of `[a, b, c]`, which must be all of `tokens`."""
+        if not self._is_list(tokens):
+            raise ParseError("a list is '[' integers separated by ',' ']' standing alone on one side of '=='",
+                             *self.pos(tokens[0]))
+        return tuple(int(t.text) for t in tokens[1:-1:2])
+
+    def _statement(self, body: list[_Token]) -> list[Constraint]:
+        """The disjunction a statement states: its '|' parts, each a relation."""
+        clause: list[Constraint] = []
+        for part, _ in self._split(body, ("|", "||")):
+            if part:
+                clause += self._relation(part)
+        return clause
+
+    @staticmethod
+    def _split(tokens: list[_Token], seps: tuple[str, ...]) -> list[tuple[list[_Token], _Token | None]]:
+        """Pieces of `tokens` between separators, each with the separator before it (None for the first)."""
+        pieces: list[tuple[list[_Token], _Token | None]] = [([], None)]
+        for token in tokens:
+            if token.text in seps:
+                pieces.append(([], token))
+            else:
+                pieces[-1][0].append(token)
+        return pieces
+
+    def _relation(self, tokens: list[_Token]) -> list[Constraint]:
+        first = tokens[0]
+        for sep in ("<=", "%", "=="):
+            marks = [t for t in tokens if t.text == sep]
+            if not marks:
+                continue
+            if sep == "<=":
+                if len(marks) > 1:
+                    raise ParseError("a relation has one '<='", *self.pos(marks[1]))
+                (left, _), (right, mark) = self._split(tokens, ("<=",))
+                return [_compare(self._sum(left, mark), "<=", self._sum(right, mark), self.pos(mark))]
+            if sep == "%":
+                tail = tokens[-2:]
+                if (len(marks) > 1 or [t.text for t in tail] != ["==", "0"]
+                        or sum(t.text == "==" for t in tokens) != 1):
+                    raise ParseError("'%' only states divisibility here: write 'A % B == 0'", *self.pos(marks[0]))
+                (left, _), (right, mark) = self._split(tokens[:-2], ("%",))
+                divisor, multiple = self._sum(right, mark), self._sum(left, mark)
+                with _located(self.pos(mark)):
+                    return [self.model.divides(divisor, multiple)]
+            if len(marks) > 1:
+                raise ParseError("a relation has one '=='", *self.pos(marks[1]))
+            (left, _), (right, mark) = self._split(tokens, ("==",))
+            if left and left[0].text == "[":
+                left, right = right, left
+            if right and right[0].text == "[":
+                values = self._list(right)
+                value = self._sum(left, mark)
+                return [_compare(value, "==", v, self.pos(mark)) for v in values]
+            return [_compare(self._sum(left, mark), "==", self._sum(right, mark), self.pos(mark))]
+        raise ParseError("a statement needs '<=', '==' or '% ... == 0'", *self.pos(first))
+
+    def _sum(self, tokens: list[_Token], at: _Token) -> Value:
+        return self._chain(tokens, at, "+", self._product)
+
+    def _product(self, tokens: list[_Token], at: _Token) -> Value:
+        return self._chain(tokens, at, "*", self._power)
+
+    def _chain(self, tokens: list[_Token], at: _Token, op: str,
+               inner: Callable[[list[_Token], _Token], Value]) -> Value:
+        if not tokens:
+            raise ParseError(f"a term is missing after {at.text!r}" if at.text else "a term is missing",
+                             *self.pos(at))
+        pieces = self._split(tokens, (op,))
+        values = [inner(piece, mark or at) for piece, mark in pieces]
+        return functools.reduce(lambda a, b: _apply(op, a, b, self.pos(tokens[0])), values)
+
+    def _power(self, tokens: list[_Token], at: _Token) -> Value:
+        pieces = self._split(tokens, ("^",))
+        if len(pieces) == 1:
+            return self._leaf(tokens, at)
+        (base, _), (exponent, mark) = pieces[0], pieces[1]
+        if len(pieces) > 2 or len(exponent) != 1 or exponent[0].kind != "int":
+            raise ParseError("'^' takes one integer exponent, as in 'X ^ 2'", *self.pos(mark))
+        return _apply("**", self._leaf(base, mark), int(exponent[0].text), self.pos(mark))
+
+    def _leaf(self, tokens: list[_Token], at: _Token) -> Value:
+        if not tokens:
+            raise ParseError(f"a term is missing after {at.text!r}" if at.text else "a term is missing",
+                             *self.pos(at))
+        if len(tokens) == 1 and tokens[0].kind == "int":
+            return int(tokens[0].text)
+        if len(tokens) == 1 and tokens[0].kind == "name":
+            return self.lookup(tokens[0].text, self.pos(tokens[0]))
+        if tokens[0].text == "[":
+            raise ParseError("a [list] may only stand alone on one side of '=='", *self.pos(tokens[0]))
+        bad = tokens[1] if len(tokens) > 1 else tokens[0]
+        raise ParseError(f"unexpected {bad.text!r}: expected an operator between terms", *self.pos(bad))
