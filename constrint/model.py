@@ -8,11 +8,13 @@ from typing import Iterable, Iterator, Mapping, Sequence, Union
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
 from .errors import ConstrintError, Infeasible, SolverBug
+from .check import conjunction
 from .explain import minimal_core
 from .expr import Expr, IntVar, Operand, evaluate, operand
 from .flatten import Flattener
 from .search import MAX, MIN, Search
 
+BLOCK_ROWS = 1 << 14  # enumerate all solutions in numpy blocks of at most this many combinations
 VarRef = Union[IntVar, str]
 Prefer = Sequence[Union[VarRef, "tuple[VarRef, str]"]]
 
@@ -20,24 +22,25 @@ Prefer = Sequence[Union[VarRef, "tuple[VarRef, str]"]]
 class Solution(Mapping[str, int]):
     """A read-only mapping variable name -> value, also indexable by IntVar; `objective` when optimised."""
 
-    __slots__ = ("_values", "objective")
+    __slots__ = ("_index", "_values", "objective")
 
-    def __init__(self, values: dict[str, int], objective: int | None = None) -> None:
-        self._values = values
+    def __init__(self, index: Mapping[str, int], values: Sequence[int], objective: int | None = None) -> None:
+        self._index = index  # name -> position in values, shared by all solutions of a model
+        self._values = tuple(values)
         self.objective = objective
 
     def __getitem__(self, key: VarRef) -> int:
-        return self._values[key.name if isinstance(key, IntVar) else key]
+        return self._values[self._index[key.name if isinstance(key, IntVar) else key]]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
+        return iter(self._index)
 
     def __len__(self) -> int:
         return len(self._values)
 
     def __repr__(self) -> str:
         extra = "" if self.objective is None else f", objective={self.objective}"
-        return f"Solution({self._values!r}{extra})"
+        return f"Solution({dict(self)!r}{extra})"
 
 
 class Model:
@@ -127,17 +130,22 @@ class Model:
         if limit == 0:
             return
         flat = self._flatten(self._constraints)
-        names = list(self._vars)
+        index = {name: i for i, name in enumerate(self._vars)}
         found = 0
-        for values in Search(flat.store, flat.props, flat.n_user, order, time_limit=time_limit).run():
-            yield self._verified(dict(zip(names, values)))
+        search = Search(flat.store, flat.props, flat.n_user, order, time_limit=time_limit,
+                        **self._checks(), block_rows=BLOCK_ROWS if limit is None else 0)
+        for values in search.run():
+            yield Solution(index, values)
             found += 1
             if found == limit:
                 return
 
     def count(self, time_limit: float | None = None) -> int:
         """The number of solutions."""
-        return sum(1 for _ in self._generate(None, [], time_limit))
+        flat = self._flatten(self._constraints)
+        search = Search(flat.store, flat.props, flat.n_user, [], time_limit=time_limit,
+                        **self._checks(), block_rows=BLOCK_ROWS)
+        return search.count()
 
     def minimize(self, expr: Operand, time_limit: float | None = None) -> Solution:
         """A solution with the least value of `expr` (proven); `.objective` holds that value."""
@@ -154,18 +162,16 @@ class Model:
             self._check_owned(_expr_vars(expr))
         flat = self._flatten(self._constraints)
         obj = flat.var_of(expr)
-        names = list(self._vars)
         best = None
-        search = Search(flat.store, flat.props, flat.n_user, [], objective=(obj, sense), time_limit=time_limit)
+        search = Search(flat.store, flat.props, flat.n_user, [], objective=(obj, sense, expr),
+                        time_limit=time_limit, **self._checks(), block_rows=BLOCK_ROWS)
         for values in search.run():
-            best = self._verified(dict(zip(names, values)))
-            value = evaluate(expr, best)
-            if value != flat.store.lo[obj]:
-                raise SolverBug(f"objective {expr} = {value} but the search bounded it at {flat.store.lo[obj]}")
-            best.objective = value
+            best = values
         if best is None:
             raise self._infeasible(_remaining(start, time_limit))
-        return best
+        solution = Solution({name: i for i, name in enumerate(self._vars)}, best)
+        solution.objective = evaluate(expr, solution)
+        return solution
 
     def _flatten(self, constraints: Sequence[Constraint]) -> Flattener:
         flat = Flattener(list(self._vars.values()))
@@ -187,15 +193,18 @@ class Model:
 
         return Infeasible(minimal_core(self._constraints, feasible))
 
-    def _verified(self, values: dict[str, int]) -> Solution:
-        for name, var in self._vars.items():
-            d, v = var.domain, values[name]
-            if not d.lo <= v <= d.hi or (d.values is not None and v not in d.values):
-                raise SolverBug(f"{name} = {v} lies outside its domain {d}")
-        for c in self._constraints:
-            if not c.holds(values):
-                raise SolverBug(f"candidate {values} violates {c.text()}")
-        return Solution(values)
+    def _checks(self) -> dict:
+        """Search arguments that check answers: the original constraints, declared domains, and `verify`."""
+        domains = [(v.domain.lo, v.domain.hi, None if v.domain.values is None else frozenset(v.domain.values))
+                   for v in self._vars.values()]
+        check = conjunction(self._constraints, domains)
+
+        def verify(values: tuple[int, ...]) -> None:
+            if not check(values):
+                bad = [c.text() for c in self._constraints if not c.holds(dict(zip(self._vars, values)))]
+                raise SolverBug(f"candidate {dict(zip(self._vars, values))} violates {bad or 'its domains'}")
+
+        return {"constraints": self._constraints, "domains": domains, "verify": verify}
 
     def _prefer(self, prefer: Prefer | None) -> list[tuple[int, str]]:
         if prefer is None:

@@ -4,13 +4,24 @@ Branching is binary, x = v or x != v, where v is the end of x's domain in its pr
 search undoes through the store's trail and never copies domains. Preferred variables are branched first, in
 order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain).
 With an objective, every solution tightens a bound on it (branch and bound) until the search space is empty.
+
+Every leaf is passed to `verify` (a check against the original constraints) before it is yielded. Near the
+leaves, once the unfixed user variables span at most `block_rows` combinations, the block is enumerated at
+once with numpy against the declared domains and every original constraint (when every subexpression fits in
+int64): cheaper than a propagation per node when enumerating many solutions, and verified by construction.
+Rows come in the same lexicographic order (preferred variables first, by direction) that branching gives.
 """
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
-from .errors import TimeLimit
+import numpy as np
+
+from .check import constraint_fits, fits_int64, np_mask, np_value
+from .constraints import Constraint
+from .errors import SolverBug, TimeLimit
+from .expr import Operand
 from .propagate import fixpoint
 from .store import Conflict, Store
 
@@ -21,7 +32,10 @@ class Search:
     """One search over a flattened model; `nodes` counts branching decisions taken so far."""
 
     def __init__(self, store: Store, props: list, n_user: int, prefer: list[tuple[int, str]],
-                 objective: tuple[int, str] | None = None, time_limit: float | None = None) -> None:
+                 objective: tuple[int, str, Operand] | None = None, time_limit: float | None = None,
+                 constraints: Sequence[Constraint] = (), block_rows: int = 0,
+                 verify: Callable[[tuple[int, ...]], None] | None = None,
+                 domains: Sequence[tuple[int, int, frozenset | None]] = ()) -> None:
         self.store, self.props, self.n_user = store, props, n_user
         self.prefer = prefer
         chosen = {i for i, _ in prefer}
@@ -30,11 +44,15 @@ class Search:
         self.bound: int | None = None
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
         self.nodes = 0
+        self.block_rows = block_rows
+        self.constraints = constraints
+        self.verify = verify
+        self.domains = domains
 
     def _propagate(self) -> bool:
         s = self.store
         if self.bound is not None:
-            obj, sense = self.objective  # type: ignore[misc]
+            obj, sense, _ = self.objective  # type: ignore[misc]
             try:
                 if sense == MIN:
                     s.set_hi(obj, self.bound)
@@ -66,6 +84,18 @@ class Search:
 
     def run(self) -> Iterator[tuple[int, ...]]:
         """Yield each solution (values of the user variables, in order); with an objective, each improves."""
+        for found in self._walk():
+            if isinstance(found, tuple):
+                yield found
+            else:
+                yield from map(tuple, found.tolist())
+
+    def count(self) -> int:
+        """The number of solutions (without building them)."""
+        return sum(1 if isinstance(found, tuple) else len(found) for found in self._walk())
+
+    def _walk(self) -> Iterator["tuple[int, ...] | np.ndarray"]:
+        """Single solutions as tuples and blocks of solutions as int64 arrays (one row each)."""
         s = self.store
         s.queue[:] = range(len(self.props))
         s.queued[:] = [True] * len(self.props)
@@ -74,7 +104,8 @@ class Search:
         stack: list[tuple[int, int, int, str]] = []
         lo, hi = s.lo, s.hi
         while True:
-            var, direction = self._choose()
+            rows = self._block() if self.block_rows else None
+            var, direction = (-1, MIN) if rows is not None else self._choose()
             if var >= 0:
                 self.nodes += 1
                 if self.deadline is not None and not self.nodes & 127 and time.perf_counter() > self.deadline:
@@ -84,10 +115,16 @@ class Search:
                 s.fix(var, v)
                 if self._propagate():
                     continue
+            elif rows is not None:
+                if len(rows):
+                    yield rows
             else:
-                yield tuple(lo[: self.n_user])
+                values = tuple(lo[: self.n_user])
+                if self.verify is not None:
+                    self.verify(values)
+                yield values
                 if self.objective is not None:
-                    obj, sense = self.objective
+                    obj, sense, _ = self.objective
                     self.bound = lo[obj] - 1 if sense == MIN else lo[obj] + 1
             while stack:  # backtrack: undo the latest choice x = v and take x != v instead
                 mark, var, v, direction = stack.pop()
@@ -100,3 +137,53 @@ class Search:
                     break
             else:
                 return
+
+    def _block(self) -> np.ndarray | None:
+        """All solutions below this node when its unfixed user variables span few enough combinations."""
+        s = self.store
+        lo, hi = s.lo, s.hi
+        free = [i for i, _ in self.prefer if lo[i] != hi[i]] + [i for i in self.others if lo[i] != hi[i]]
+        if not free:
+            return None
+        rows = 1
+        for i in free:
+            rows *= s.size(i)
+            if rows > self.block_rows:
+                return None
+        moving = set(free)
+        if not all(constraint_fits(c, lo, hi) for c in self.constraints):
+            return None
+        if self.objective is not None and not fits_int64(self.objective[2], lo, hi):
+            return None
+        direction = dict(self.prefer)
+        axes = []
+        for i in free:
+            vals = s.values(i)
+            dlo, dhi, allowed = self.domains[i]
+            if vals[0] < dlo or vals[-1] > dhi or (allowed is not None and not allowed.issuperset(vals)):
+                raise SolverBug(f"variable {i} has values {list(vals)} outside its declared domain")
+            vals = np.array(vals, dtype=np.int64)
+            axes.append(vals[::-1] if direction.get(i) == MAX else vals)
+        grid = np.meshgrid(*axes, indexing="ij", copy=False)
+        cols: list = [np.int64(lo[i]) for i in range(self.n_user)]
+        for i, g in zip(free, grid):
+            cols[i] = g.reshape(-1)
+        mask = np.ones(rows, dtype=bool)
+        for c in self.constraints:
+            mask &= np_mask(c, cols)
+        keep = np.flatnonzero(mask)
+        if self.objective is not None:
+            obj, sense, expr = self.objective
+            if len(keep):
+                values = np.broadcast_to(np_value(expr, cols, []), (rows,))[keep]
+                pick = int(np.argmin(values) if sense == MIN else np.argmax(values))
+                best = int(values[pick])
+                if self.bound is None or (best <= self.bound if sense == MIN else best >= self.bound):
+                    self.bound = best - 1 if sense == MIN else best + 1
+                    keep = keep[pick : pick + 1]
+                else:
+                    keep = keep[:0]
+        out = np.empty((len(keep), self.n_user), dtype=np.int64)
+        for i in range(self.n_user):
+            out[:, i] = cols[i][keep] if i in moving else lo[i]
+        return out

@@ -1,0 +1,6 @@
+"""`python -m constrint ...` runs the `constrint` command line."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,163 @@
+"""Original constraints compiled to fast checks: Python predicates over value tuples, numpy masks over blocks.
+
+Both follow `Constraint.holds` exactly (Python floor semantics; an undefined x // 0 or x % 0 makes the
+constraint containing it false) and read variable i of the model as position i of the values.
+The Python form is generated source, built only from variable indices, ints and operators.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .constraints import COMPARE, AllDifferent, AnyOf, Compare, Constraint, Divides
+from .expr import BINARY, IntVar, Neg, Operand, binary_interval, pow_interval
+
+Predicate = Callable[[Sequence[int]], bool]
+INT64_SAFE = 1 << 62
+
+
+def _source(e: Operand) -> str:
+    """Python source of e over `v` (the values); x // 0 and x % 0 raise ZeroDivisionError natively."""
+    if isinstance(e, int):
+        return f"({e!r})"
+    if isinstance(e, IntVar):
+        return f"v[{e.index}]"
+    if isinstance(e, Neg):
+        return f"(-{_source(e.a)})"
+    return f"({_source(e.a)} {e.op} {_source(e.b)})"  # type: ignore[attr-defined]
+
+
+def _body(c: Constraint, helpers: list) -> str:
+    if isinstance(c, Compare):
+        return f"({_source(c.lhs)} {c.op} {_source(c.rhs)})"
+    if isinstance(c, Divides):
+        return f"({_source(c.multiple)} % {_source(c.divisor)} == 0)"
+    if isinstance(c, AllDifferent):
+        return f"(len({{{', '.join(_source(x) for x in c.items)}}}) == {len(c.items)})"
+    if isinstance(c, AnyOf):  # each disjunct separately: an undefined one is false, not the whole
+        helpers.extend(predicate(d) for d in c.items)
+        return "(" + " or ".join(f"_h{len(helpers) - len(c.items) + k}(v)" for k in range(len(c.items))) + ")"
+    raise TypeError(f"no source form for {c!r}")
+
+
+def predicate(c: Constraint) -> Predicate:
+    """A function values -> bool equal to c.holds on the model's variable order."""
+    return conjunction([c], [])
+
+
+def conjunction(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]]) -> Predicate:
+    """One function values -> bool: every value within its domain (lo, hi, allowed) and every constraint holds.
+
+    An undefined operation raises ZeroDivisionError, which makes the conjunction false, as `holds` does.
+    """
+    helpers: list = []
+    scope: dict = {}
+    parts = []
+    for i, (lo, hi, allowed) in enumerate(domains):
+        if allowed is not None:
+            scope[f"_d{i}"] = allowed
+            parts.append(f"v[{i}] in _d{i}")
+        else:
+            parts.append(f"{lo!r} <= v[{i}] <= {hi!r}")
+    parts += [_body(c, helpers) for c in constraints]
+    scope.update({f"_h{k}": h for k, h in enumerate(helpers)})
+    code = f"def check(v):\n    try:\n        return {' and '.join(parts) or 'True'}\n" \
+           "    except ZeroDivisionError:\n        return False\n"
+    exec(compile(code, "<constrint check>", "exec"), scope)
+    return scope["check"]
+
+
+def fits_int64(e: Operand, lo: list[int], hi: list[int]) -> bool:
+    """True when every subexpression of `e` stays within +-2**62 for variables within [lo, hi]."""
+    return _bounded(e, lo, hi) is not False
+
+
+def _bounded(e: Operand, lo: list[int], hi: list[int]):
+    """Interval of e, None if undefined everywhere, False if some subexpression may overflow int64."""
+    if isinstance(e, int):
+        r = (e, e)
+    elif isinstance(e, IntVar):
+        r = (lo[e.index], hi[e.index])
+    elif isinstance(e, Neg):
+        r = _bounded(e.a, lo, hi)
+        if not r:
+            return r
+        r = (-r[1], -r[0])
+    else:
+        ra = _bounded(e.a, lo, hi)  # type: ignore[attr-defined]
+        if not ra:
+            return ra
+        if e.op == "**":  # type: ignore[attr-defined]
+            r = pow_interval(ra[0], ra[1], e.b)  # type: ignore[attr-defined]
+        else:
+            rb = _bounded(e.b, lo, hi)  # type: ignore[attr-defined]
+            if not rb:
+                return rb
+            r = binary_interval(e.op, ra[0], ra[1], rb[0], rb[1])  # type: ignore[attr-defined]
+            if r is None:
+                return None
+    return r if -INT64_SAFE < r[0] and r[1] < INT64_SAFE else False
+
+
+def constraint_fits(c: Constraint, lo: list[int], hi: list[int]) -> bool:
+    if isinstance(c, Compare):
+        return fits_int64(c.lhs, lo, hi) and fits_int64(c.rhs, lo, hi)
+    if isinstance(c, Divides):
+        return fits_int64(c.divisor, lo, hi) and fits_int64(c.multiple, lo, hi)
+    return all(constraint_fits(d, lo, hi) if isinstance(d, Constraint) else fits_int64(d, lo, hi)
+               for d in c.items)  # type: ignore[attr-defined]
+
+
+def np_value(e: Operand, cols: list, bad: list):
+    """e evaluated on numpy columns (or scalars); zero divisors are appended to `bad` as masks."""
+    if isinstance(e, int):
+        return np.int64(e)
+    if isinstance(e, IntVar):
+        return cols[e.index]
+    if isinstance(e, Neg):
+        return -np_value(e.a, cols, bad)
+    a = np_value(e.a, cols, bad)  # type: ignore[attr-defined]
+    op = e.op  # type: ignore[attr-defined]
+    if op == "**":
+        return a ** np.int64(e.b)  # type: ignore[attr-defined]
+    b = np_value(e.b, cols, bad)  # type: ignore[attr-defined]
+    if op == "//" or op == "%":
+        zero = b == 0
+        if np.any(zero):
+            bad.append(zero)
+            b = np.where(zero, 1, b)
+    return BINARY[op][1](a, b)
+
+
+def np_mask(c: Constraint, cols: list):
+    """Where c holds: a boolean array over the rows, or a numpy bool scalar when no column is involved."""
+    if isinstance(c, AnyOf):
+        out = np.False_
+        for d in c.items:
+            out = out | np_mask(d, cols)
+        return out
+    bad: list = []
+    if isinstance(c, Compare):
+        m = COMPARE[c.op](np_value(c.lhs, cols, bad), np_value(c.rhs, cols, bad))
+    elif isinstance(c, Divides):
+        m = np_value(c.multiple, cols, bad) % _nonzero(np_value(c.divisor, cols, bad), bad) == 0
+    else:
+        vals = [np_value(x, cols, bad) for x in c.items]  # type: ignore[attr-defined]
+        m = np.True_
+        for i in range(len(vals)):
+            for j in range(i):
+                m = m & (vals[i] != vals[j])
+    for z in bad:
+        m = m & ~z
+    return m
+
+
+def _nonzero(d, bad: list):
+    zero = d == 0
+    if not np.any(zero):
+        return d
+    bad.append(zero)
+    return np.where(zero, 1, d)
+
+

@@ -1,0 +1,190 @@
+"""The `constrint` command: `constrint solve FILE` prints the solutions of a model file as a table or JSON.
+
+Exit status: 0 solved, 1 infeasible (the minimal core is printed), 2 bad input (an unreadable file, a syntax
+error reported as FILE:LINE:COLUMN, a bad option), 3 the time limit ran out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import ConstrintError, Infeasible, ParseError, TimeLimit
+from .model import Model, Solution
+from .textformat import DIALECTS, parse, parse_expression
+
+EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_TIME_LIMIT = 0, 1, 2, 3
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with `argv` (default: sys.argv[1:]); returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on bad options (2)
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    return _solve(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="constrint", description="Integer constraint solver.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    solve = commands.add_parser(
+        "solve", help="solve a model file", description="Solve a model file and print its solutions.",
+        epilog="exit status: 0 solved, 1 infeasible (prints a minimal core), 2 bad input, 3 time limit")
+    solve.add_argument("file", metavar="FILE", help="model file ('-' reads standard input)")
+    solve.add_argument("--dialect", choices=DIALECTS,
+                       help="text dialect (default: 'constrint' for a .constrint file, else 'python')")
+    solve.add_argument("--prefer", action="append", default=[], type=_preference, metavar="NAME:DIR",
+                       help="prefer NAME's min or max value (repeat for a lexicographic order)")
+    mode = solve.add_mutually_exclusive_group()
+    mode.add_argument("--all", action="store_true", help="print every solution")
+    mode.add_argument("--count", action="store_true", help="print the number of solutions")
+    mode.add_argument("--minimize", metavar="EXPR", help="print a solution with the least value of EXPR")
+    mode.add_argument("--maximize", metavar="EXPR", help="print a solution with the greatest value of EXPR")
+    solve.add_argument("--limit", type=_positive_int, metavar="N", help="print at most N solutions")
+    solve.add_argument("--time-limit", type=_positive_float, metavar="S", help="give up after S seconds")
+    solve.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _preference(text: str) -> tuple[str, str]:
+    name, _, direction = text.rpartition(":")
+    if not name or direction not in ("min", "max"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:min or NAME:max")
+    return name, direction
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _solve(args: argparse.Namespace) -> int:
+    objective = args.minimize if args.minimize is not None else args.maximize
+    if args.prefer and objective is not None:
+        return _fail("--prefer cannot be combined with --minimize or --maximize")
+    if args.limit is not None and (args.count or objective is not None):
+        return _fail("--limit goes with listing solutions, not with --count, --minimize or --maximize")
+    dialect = args.dialect or ("constrint" if Path(args.file).suffix == ".constrint" else "python")
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return _fail(f"cannot read {args.file}: {exc}")
+    try:
+        model = parse(text, dialect)
+    except ParseError as exc:
+        return _fail(_located(args.file, exc), prefix=False)
+    try:
+        expr = None if objective is None else parse_expression(objective, model, dialect)
+    except ParseError as exc:
+        flag = "--minimize" if args.minimize is not None else "--maximize"
+        return _fail(_located(flag, exc), prefix=False)
+    try:
+        if args.count:
+            return _report_count(model.count(time_limit=args.time_limit), args.json)
+        if args.all or args.limit is not None:
+            found = model.solutions(limit=args.limit, prefer=args.prefer or None, time_limit=args.time_limit)
+            if _report_many(model, found, args.json) == 0:
+                model.solve(time_limit=args.time_limit)  # no solution: raises Infeasible with its core
+            return EXIT_OK
+        if expr is not None:
+            optimise = model.minimize if args.minimize is not None else model.maximize
+            return _report_one(optimise(expr, time_limit=args.time_limit), args.json)
+        return _report_one(model.solve(prefer=args.prefer or None, time_limit=args.time_limit), args.json)
+    except Infeasible as exc:
+        core = [str(c) for c in exc.core]
+        if args.json:
+            _print_json({"status": "infeasible", "core": core})
+        else:
+            print("infeasible: these constraints cannot all hold (a minimal set):")
+            for line in core or ["(the variable domains alone)"]:
+                print(f"  {line}")
+        return EXIT_INFEASIBLE
+    except TimeLimit as exc:
+        if args.json:
+            _print_json({"status": "time_limit", "message": str(exc)})
+        return _fail(f"time limit of {args.time_limit} s reached: {exc}", code=EXIT_TIME_LIMIT)
+    except ConstrintError as exc:
+        return _fail(str(exc))
+
+
+def _located(source: str, exc: ParseError) -> str:
+    message = str(exc).removeprefix(f"line {exc.line}, column {exc.column}: ")
+    return f"{source}:{exc.line}:{exc.column}: {message}"
+
+
+def _fail(message: str, *, code: int = EXIT_BAD_INPUT, prefix: bool = True) -> int:
+    print(f"constrint: {message}" if prefix else message, file=sys.stderr)
+    return code
+
+
+def _print_json(payload: dict) -> None:
+    print(json.dumps(payload, indent=2))
+
+
+def _report_count(count: int, as_json: bool) -> int:
+    if as_json:
+        _print_json({"status": "solved", "count": count})
+    else:
+        print(count)
+    return EXIT_OK
+
+
+def _report_one(solution: Solution, as_json: bool) -> int:
+    if as_json:
+        payload: dict = {"status": "solved", "solution": dict(solution)}
+        if solution.objective is not None:
+            payload["objective"] = solution.objective
+        _print_json(payload)
+        return EXIT_OK
+    names = list(solution)
+    width = max([len("variable")] + [len(n) for n in names])
+    print(f"{'variable':<{width}}  value")
+    print(f"{'-' * width}  -----")
+    for name in names:
+        print(f"{name:<{width}}  {solution[name]}")
+    if solution.objective is not None:
+        print(f"objective: {solution.objective}")
+    return EXIT_OK
+
+
+def _report_many(model: Model, solutions: Iterable[Solution], as_json: bool) -> int:
+    """Print `solutions` (as they come, for a table) and return how many there were."""
+    if as_json:
+        found = [dict(s) for s in solutions]
+        if found:
+            _print_json({"status": "solved", "count": len(found), "solutions": found})
+        return len(found)
+    names = list(model.variables)
+    widths = [max(len(n), len(str(v.domain.lo)), len(str(v.domain.hi))) for n, v in model.variables.items()]
+    count = 0
+    for solution in solutions:
+        if count == 0:
+            print("  ".join(f"{n:>{w}}" for n, w in zip(names, widths)))
+            print("  ".join("-" * w for w in widths))
+        print("  ".join(f"{solution[n]:>{w}}" for n, w in zip(names, widths)))
+        count += 1
+    if count:
+        print(f"({count} solution{'s' if count != 1 else ''})")
+    return count
