@@ -86,8 +86,9 @@ def _parse(expr: str, where: str) -> ast.expr:
             if node.keywords or len(node.args) != arity:
                 raise CellSpecError(f"{where}: {name}() takes {arity} positional argument(s) in {expr!r}")
             continue
+        kind = type(node.op).__name__ if isinstance(node, (ast.BinOp, ast.UnaryOp)) else type(node).__name__
         raise CellSpecError(
-            f"{where}: {type(node).__name__} {ast.unparse(node)!r} is not allowed in {expr!r}; "
+            f"{where}: {kind} {ast.unparse(node)!r} is not allowed in {expr!r}; "
             "use + - * /, parentheses, numbers, names and " + ", ".join(sorted(FUNCTIONS))
         )
     return tree.body
