@@ -40,7 +40,9 @@ def test_shipped_file_loads_validates_and_cites_sources(path):
                       cluster_max_nonportable=16, max_warps_per_sm=64, max_blocks_per_sm=32)),
     ("a100", dict(sm_count=108, smem_per_sm=164 * 1024, smem_per_block_optin=163 * 1024, arch="sm_80",
                   smem_reserved_per_block=1024, cluster_max_portable=1)),
-    ("NVIDIA H200", dict(sm_count=132, arch="sm_90", l2_bytes=50 * 1024**2, memory_bytes=141 * 1024**3)),
+    # H200: the driver reports a 60 MiB L2 (observed on an H200 SXM), not the H100 SXM5's 50 MiB.
+    ("NVIDIA H200", dict(sm_count=132, arch="sm_90", l2_bytes=60 * 1024**2, memory_bytes=141 * 1024**3)),
+    ("H100 SXM", dict(l2_bytes=50 * 1024**2)),
     ("rtx 3090", dict(max_blocks_per_sm=16, max_warps_per_sm=48, max_threads_per_sm=1536,
                       smem_per_block_optin=99 * 1024, smem_per_sm=100 * 1024)),
     ("L40S", dict(max_blocks_per_sm=24, max_warps_per_sm=48, sm_count=142)),
