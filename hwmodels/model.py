@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from .errors import ModelFieldError
+from .errors import HwModelError, ModelFieldError
 
 if TYPE_CHECKING:
     from .occupancy import Occupancy
@@ -86,6 +86,15 @@ class GPUModel:
     def max_smem_per_block(self) -> int:
         """Bytes of shared memory one block may use (the opt-in maximum)."""
         return self.smem_per_block_optin
+
+    def tensor_shapes(self, dtype: str, warpgroup: bool = False) -> tuple[Shape, ...]:
+        """(m, n, k) shapes of mma.sync (wgmma with `warpgroup=True`) for `dtype`, preferred first."""
+        table = self.wgmma_shapes if warpgroup else self.mma_shapes
+        if dtype not in table:
+            instruction = "wgmma" if warpgroup else "mma.sync"
+            raise HwModelError(f"{self.name} ({self.arch}) has no {instruction} shapes for {dtype!r}; "
+                               f"it has: {', '.join(table) or 'none'}")
+        return table[dtype]
 
     def blocks_per_sm(self, threads_per_block: int, registers_per_thread: int,
                       shared_bytes_per_block: int = 0) -> Occupancy:

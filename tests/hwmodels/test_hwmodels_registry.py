@@ -69,6 +69,16 @@ def test_tensor_core_shapes():
     assert not a100.wgmma_shapes and not b200.wgmma_shapes
 
 
+def test_tensor_shapes_lookup():
+    h100, a100 = hwmodels.load("h100"), hwmodels.load("a100")
+    assert h100.tensor_shapes("f16")[0] == (16, 8, 16)
+    assert h100.tensor_shapes("bf16", warpgroup=True)[-1] == (64, 256, 16)
+    with pytest.raises(HwModelError, match=r"A100-SXM4-80GB \(sm_80\) has no mma.sync shapes for 'fp8'; it has: "):
+        a100.tensor_shapes("fp8")
+    with pytest.raises(HwModelError, match="no wgmma shapes for 'f16'; it has: none"):
+        a100.tensor_shapes("f16", warpgroup=True)
+
+
 def test_model_is_frozen_and_hashable():
     model = hwmodels.load("h100")
     with pytest.raises(dataclasses.FrozenInstanceError):
