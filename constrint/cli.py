@@ -113,7 +113,7 @@ def _solve(args: argparse.Namespace) -> int:
             return _report_one(optimise(expr, time_limit=args.time_limit), args.json)
         return _report_one(model.solve(prefer=args.prefer or None, time_limit=args.time_limit), args.json)
     except Infeasible as exc:
-        core = [str(c) for c in exc.core]
+        core = list(dict.fromkeys(str(c) for c in exc.core))  # an interval gives two halves, one text
         if args.json:
             _print_json({"status": "infeasible", "core": core})
         else:

@@ -165,11 +165,12 @@ _PY_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.LtE: "<=", ast.Lt: "<", ast.Gt
 _PY_HINTS = {
     ast.Div: "'/' is not an integer operation; use '//' (floor division)",
     ast.BitXor: "'^' is bitwise xor in the python dialect; use '**' for powers",
-    ast.MatMult: "'..' only forms an interval, as in 'x in [lo..hi]'",
+    ast.MatMult: "'@' is not an integer operation; use '*'",
     ast.Is: "'is' compares identity; use '=='",
     ast.IsNot: "'is not' compares identity; use '!='",
 }
-_DOTS = re.compile(r"(?<!\.)\.\.(?!\.)")  # `lo..hi` is read as `lo @hi` (same length, so columns hold)
+_DOTS_HINT = "'..' only forms an interval, as in 'x in [lo..hi]' with one lo and one hi"
+_DOTS = re.compile(r"(?<!\.)\.\.(?!\.)")  # `[lo..hi]` is read as `[lo ,hi]` (same length: columns hold)
 
 Atom = tuple[Constraint, str]  # a constraint and its text
 Clauses = list[list[Atom]]  # a conjunction of disjunctions
@@ -201,15 +202,14 @@ class _PythonReader:
         lines = text.replace("\r\n", "\n").split("\n")
         self.indent: list[int] = []
         plain, prepared = [], []
+        self.dots: list[tuple[int, int]] = []  # (line, byte column) of each `..`
         for number, line in enumerate(lines, 1):
             body = line.lstrip(" \t\f")  # statements may be indented (a model kept in an indented string)
             self.indent.append(len(line) - len(body))
             code, hash_, comment = body.partition("#")
-            if "@" in code:
-                raise ParseError("'@' is not an operator of the python dialect; use '*'",
-                                 number, self.indent[-1] + code.index("@") + 1)
             plain.append(body)
-            prepared.append(_DOTS.sub(" @", code) + hash_ + comment)
+            self.dots += [(number, len(code[: m.start()].encode())) for m in _DOTS.finditer(code)]
+            prepared.append(_DOTS.sub(" ,", code) + hash_ + comment)
         self.lines = prepared
         self.plain = "\n".join(plain)
         self.source = "\n".join(prepared)
@@ -288,11 +288,25 @@ class _PythonReader:
             return None
         return value if isinstance(value, int) else None
 
-    @staticmethod
-    def _interval(node: ast.List) -> tuple[ast.AST, ast.AST] | None:
-        if len(node.elts) == 1 and isinstance(node.elts[0], ast.BinOp) and isinstance(node.elts[0].op, ast.MatMult):
-            return node.elts[0].left, node.elts[0].right
-        return None
+    def _interval(self, node: ast.List) -> tuple[ast.AST, ast.AST] | None:
+        """(lo, hi) when `node` was written `[lo..hi]`; None for a list of values."""
+        start, end = (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
+        dots = [d for d in self.dots if start <= d < end]
+        if not dots:
+            return None
+        lo, hi = (node.elts + [node, node])[:2]
+        if len(dots) > 1 or len(node.elts) != 2 or not (lo.end_lineno, lo.end_col_offset) <= dots[0] < (
+                hi.lineno, hi.col_offset):
+            raise ParseError(_DOTS_HINT, *self.pos(node))
+        return lo, hi
+
+    def _refuse_dots(self, node: ast.AST) -> None:
+        """Raise at the first `..` inside `node`, which did not form an interval."""
+        start, end = (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
+        for line, column in self.dots:
+            if start <= (line, column) < end:
+                dots = ast.Constant(value=0, lineno=line, col_offset=column)
+                raise ParseError(_DOTS_HINT, *self.pos(dots))
 
     def _expr(self, node: ast.AST, lookup: Lookup) -> Value:
         pos = self.pos(node)
@@ -313,6 +327,7 @@ class _PythonReader:
         if isinstance(node, ast.Call):
             raise ParseError(f"{self.text(node)!r} is a call; all_different(...) and divides(d, m) are the only "
                              f"ones, and each is a whole constraint", *pos)
+        self._refuse_dots(node)
         what = "a constraint" if isinstance(node, (ast.Compare, ast.BoolOp)) else "this syntax"
         raise ParseError(f"expected an integer expression, found {what} ({self.text(node)!r})", *pos)
 
@@ -334,42 +349,48 @@ class _PythonReader:
             if negate:
                 raise ParseError(f"'not' cannot negate {self.text(node.func)}(...)", *pos)
             return [[(self._call(node), self.text(node))]]
+        self._refuse_dots(node)
         raise ParseError(f"a statement must be a constraint (a comparison, 'in', all_different or divides), "
                          f"found {self.text(node)!r}", *pos)
 
     def _link(self, node: ast.Compare, left: ast.AST, op: ast.cmpop, right: ast.AST, negate: bool) -> Clauses:
-        """One link `left op right` of a comparison chain."""
+        """One link `left op right` of a comparison chain, its atoms named by the link's text."""
         pos = self.pos(left)
         if type(op) in _PY_HINTS:
             raise ParseError(_PY_HINTS[type(op)], *pos)
-        text = self.text(node) if len(node.ops) == 1 else ""
+        text = self.text(node) if len(node.ops) == 1 else _clean(self.plain_between(left, right))
         lookup = self.builder.var
         if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(left, ast.List) and not isinstance(right, ast.List):
             left, right = right, left
-        membership = isinstance(op, (ast.In, ast.NotIn)) or isinstance(right, ast.List)
-        if not membership:
+        if not (isinstance(op, (ast.In, ast.NotIn)) or isinstance(right, ast.List)):
             symbol = _PY_COMPARE[type(op)]
             a, b = self._expr(left, lookup), self._expr(right, lookup)
-            constraint = _compare(a, _NEGATION[symbol] if negate else symbol, b, pos)
-            return [[(constraint, text if text and not negate else constraint.text())]]
-        if not isinstance(right, ast.List) or isinstance(left, ast.List):
+            atoms = [_compare(a, _NEGATION[symbol] if negate else symbol, b, pos)]
+            conjunction = True
+        elif not isinstance(right, ast.List) or isinstance(left, ast.List):
             raise ParseError(f"'{self.text(node)}': a membership test needs an expression and a list "
                              f"[a, b, c] or [lo..hi]", *pos)
-        inside = isinstance(op, (ast.In, ast.Eq)) != negate
-        value = self._expr(left, lookup)
-        bounds = self._interval(right)
-        if bounds is not None:
-            lo, hi = (self._expr(b, lookup) for b in bounds)
-            atoms = [_compare(lo, "<=", value, pos), _compare(value, "<=", hi, pos)] if inside else \
-                [_compare(value, "<", lo, pos), _compare(value, ">", hi, pos)]
         else:
-            if not right.elts:
-                raise ParseError("an empty list has no values; give at least one", *self.pos(right))
-            atoms = [_compare(value, "==" if inside else "!=", self._expr(v, lookup), pos) for v in right.elts]
-        named = [(c, c.text()) for c in atoms]
-        if (bounds is not None) == inside:  # both atoms must hold
-            return [[atom] for atom in named]
-        return [[(c, text or t) for c, t in named]] if len(named) == 1 else [named]
+            inside = isinstance(op, (ast.In, ast.Eq)) != negate
+            value = self._expr(left, lookup)
+            bounds = self._interval(right)
+            if bounds is not None:
+                lo, hi = (self._expr(b, lookup) for b in bounds)
+                atoms = [_compare(lo, "<=", value, pos), _compare(value, "<=", hi, pos)] if inside else \
+                    [_compare(value, "<", lo, pos), _compare(value, ">", hi, pos)]
+            else:
+                if not right.elts:
+                    raise ParseError("an empty list has no values; give at least one", *self.pos(right))
+                atoms = [_compare(value, "==" if inside else "!=", self._expr(v, lookup), pos) for v in right.elts]
+            conjunction = (bounds is not None) == inside  # every atom must hold, else one of them
+        named = [(c, c.text() if negate else text) for c in atoms]
+        return [[atom] for atom in named] if conjunction else [named]
+
+    def plain_between(self, left: ast.AST, right: ast.AST) -> str:
+        """The source text from the start of `left` to the end of `right`."""
+        span = ast.Constant(value=0, lineno=left.lineno, col_offset=left.col_offset,
+                            end_lineno=right.end_lineno, end_col_offset=right.end_col_offset)
+        return ast.get_source_segment(self.plain, span) or ""
 
     def _call(self, node: ast.Call) -> Constraint:
         pos = self.pos(node)
