@@ -150,16 +150,19 @@ def run_job(job: dict, opts: dict) -> dict:
         fns = _closures(run, *args) if run is not None and args is not None else None
     if fns is None:
         return result
+    failed = set()  # a direction whose first call failed is not retried (a failing build can take a minute)
     if job["first_call"]:
         for direction, fn in zip(DIRECTIONS, fns):
             result[f"{direction}_first_s"] = common.attempt(
                 f"{impl} {direction} first call", lambda fn=fn: common.time_once(fn) / 1e3, errors)
-    if job["check"]:
+            if result[f"{direction}_first_s"] is None:
+                failed.add(direction)
+    if job["check"] and "fwd+bwd" not in failed:
         errs = common.attempt(f"{impl} check", lambda: check(run, case, device, errors), errors)
         if errs is not None:
             result["fwd_err"], result["fwd+bwd_err"] = errs
     for direction, fn in zip(DIRECTIONS, fns):
-        if direction in job["directions"]:
+        if direction in job["directions"] and direction not in failed:
             result[f"{direction}_ms"] = common.attempt(
                 f"{impl} {direction}", lambda fn=fn: common.measure(fn, budget_ms=budget), errors)
     return result
@@ -188,18 +191,19 @@ def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[Case], list[
     cudnn_impls = CUDNN_IMPLS if section == "shapes" else ("cudnn_fp16",)
     for case in cases:
         key = (case.batch, case.seq, case.hidden)
-        if key not in anchor_keys and not args.no_cudnn:
+        if key not in anchor_keys and "cudnn" in args.impls:
             anchor_keys.add(key)
             jobs += [_job(impl, dataclasses.replace(case, head_dim=case.hidden, num_heads=1, dtype="fp32"))
                      for impl in cudnn_impls]
-    for case in cases:
-        jobs.append(_job("ours", case, check=section != "length" or case.seq == args.seq, first_call=True))
+    if "ours" in args.impls:
+        jobs += [_job("ours", case, check=section != "length" or case.seq == args.seq, first_call=True)
+                 for case in cases]
     flash_ok = section == "length" or args.flashrnn_sweeps
     for case in cases:
-        if (case.head_dim, case.num_heads) in args.flashrnn_shapes and case.dtype in args.flashrnn_dtypes \
-                and (section == "shapes" or flash_ok):
+        if "flashrnn" in args.impls and (case.head_dim, case.num_heads) in args.flashrnn_shapes \
+                and case.dtype in args.flashrnn_dtypes and (section == "shapes" or flash_ok):
             jobs.append(_job("flashrnn", case, check=section == "shapes", first_call=True))
-        if section == "shapes" and (case.head_dim, case.num_heads) in args.vanilla_shapes \
+        if section == "shapes" and "vanilla" in args.impls and (case.head_dim, case.num_heads) in args.vanilla_shapes \
                 and case.dtype in args.vanilla_dtypes:
             jobs.append(_job("vanilla", case))
     return cases, jobs
@@ -334,9 +338,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "(it compiles again for every batch size)")
     p.add_argument("--vanilla-shapes", type=_parse_shapes, default=None, help="default 64:12,768:1")
     p.add_argument("--vanilla-dtypes", type=_parse_dtypes, default=("bf16",))
-    p.add_argument("--no-cudnn", action="store_true")
+    p.add_argument("--impls", default="ours,cudnn,flashrnn,vanilla", help="comma list of implementations to run")
     p.add_argument("--budget-ms", type=float, default=1500.0, help="timed milliseconds per measurement")
-    p.add_argument("--job-timeout-s", type=float, default=300.0, help="kill a measurement running longer")
+    p.add_argument("--job-timeout-s", type=float, default=240.0, help="kill a measurement running longer")
     p.add_argument("--budget-s", type=float, default=None, help="skip jobs not started after this many seconds")
     p.add_argument("--name", default=None, help="results file stem (default fused_lstm[_quick])")
     p.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
@@ -345,6 +349,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     bad = [s for s in args.sections if s not in ("shapes", "batch", "length")]
     if bad:
         p.error(f"unknown section(s) {bad}; choose from shapes, batch, length")
+    args.impls = [i for i in args.impls.split(",") if i]
+    bad = [i for i in args.impls if i not in ("ours", "cudnn", "flashrnn", "vanilla")]
+    if bad:
+        p.error(f"unknown implementation(s) {bad}; choose from ours, cudnn, flashrnn, vanilla")
     if len(args.mid_shape) != 1:
         p.error(f"--mid-shape takes one DH:NH pair, got {args.mid_shape}")
     args.mid_shape = args.mid_shape[0]

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import csv
 import datetime
+import faulthandler
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -282,7 +284,9 @@ def worker_loop(spec_path: str, out_path: str, run_job: Callable[[dict, dict], d
 
     Appends one JSON line ``{"start": id}`` before and ``{"done": id, "result": {...}}`` after each job to
     ``out_path``. Returns 3 (so the parent starts a fresh process) as soon as the CUDA context is lost.
+    A fatal signal (a crash, or the parent's SIGABRT on a timeout) prints the Python stack to stderr.
     """
+    faulthandler.enable()
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     with open(out_path, "a", encoding="utf-8") as out:
@@ -357,9 +361,13 @@ def run_isolated(
                     reason = f"worker exited with code {proc.returncode}"
                     break
                 if current is not None and time.monotonic() - current_since > job_timeout_s:
-                    proc.kill()
-                    proc.wait()
-                    reason = f"timed out after {job_timeout_s:.0f} s (worker killed)"
+                    proc.send_signal(signal.SIGABRT)  # the worker's faulthandler prints where it was stuck
+                    try:
+                        proc.wait(timeout=15)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    reason = f"timed out after {job_timeout_s:.0f} s (worker aborted)"
                     break
                 time.sleep(0.5)
             unresolved = [i for i in pending if i not in results]
