@@ -82,6 +82,8 @@ def flashrnn(
     Wx: [B, T, G, NH, DH] input projection (precomputed); R: [G, NH, DH, DH] (gate, head, out, in);
     b: [G, NH, DH]; states: [S, B, NH, DH] initial states (zeros when None), ordered as the cell's states
     (LSTM: h, c; gates i, f, z, o as torch.nn.LSTM's i, f, g, o).
+    cell: a name in `flashrnn_kernels.cells.CELLS` ("lstm", "gru", "slstm", "elman") or a CellSpec; the fused
+    kernel implements the cells in FUSED_CELLS, the reference runs any cell.
     backend: "fused" (CUDA kernel), "reference" (PyTorch loop, any device) or "auto" (fused for CUDA
     tensors, else the reference with a one-time warning). dtype: cast all inputs to it first.
     Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.

@@ -5,9 +5,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from .base import FUNCTIONS, CellSpec, CellSpecError
+from .elman import ELMAN
+from .gru import GRU
 from .lstm import LSTM
+from .slstm import SLSTM
 
-CELLS: Mapping[str, CellSpec] = MappingProxyType({cell.name: cell for cell in (LSTM,)})
+CELLS: Mapping[str, CellSpec] = MappingProxyType({cell.name: cell for cell in (LSTM, GRU, SLSTM, ELMAN)})
 """Known cells by name."""
 
 

@@ -36,8 +36,10 @@ FUNCTIONS: Mapping[str, tuple[int, str, Callable[..., Tensor]]] = {
     "log": (1, "cell_log", torch.log),
     "logsigmoid": (1, "cell_logsigmoid", torch.nn.functional.logsigmoid),
     "maximum": (2, "cell_maximum", torch.maximum),
+    "heaviside": (1, "cell_heaviside", lambda x: (x > 0).to(x.dtype)),
 }
-"""Functions an expression may call. `maximum` and `logsigmoid` serve stabilised cells such as sLSTM."""
+"""Functions an expression may call. `maximum`, `logsigmoid` and `heaviside` (1 where x > 0, else 0: the
+derivative of a maximum) serve stabilised cells such as sLSTM."""
 
 _BINARY_OPS: Mapping[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _UNARY_OPS: Mapping[type, str] = {ast.USub: "-", ast.UAdd: "+"}
@@ -160,12 +162,12 @@ def _build(assignments, inputs, outputs, where) -> _Program:
     missing = [name for name in outputs if name not in defined or name in inputs]
     if missing:
         raise CellSpecError(f"{where}: must assign {missing}")
-    lines = [f"def step({', '.join(inputs)}):"]
+    lines = [f"def __cell_step({', '.join(inputs)}):"]
     lines += [f"    {name} = {ast.unparse(tree)}" for name, tree in trees]
     lines.append(f"    return ({', '.join(outputs)},)")
     namespace = {name: torch_fn for name, (_, _, torch_fn) in FUNCTIONS.items()}
     exec(compile("\n".join(lines), f"<cell {where}>", "exec"), namespace)  # validated arithmetic only
-    return _Program(tuple(inputs), tuple(outputs), tuple(trees), namespace["step"])
+    return _Program(tuple(inputs), tuple(outputs), tuple(trees), namespace["__cell_step"])
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,9 @@ __device__ __forceinline__ float cell_logsigmoid(float x) {
 
 __device__ __forceinline__ float cell_maximum(float a, float b) { return fmaxf(a, b); }
 
+// 1 where x > 0, else 0: the derivative of maximum(a, b) with respect to a is heaviside(a - b).
+__device__ __forceinline__ float cell_heaviside(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+
 // Storage <-> fp32 compute conversions (round to nearest even on the way back).
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }

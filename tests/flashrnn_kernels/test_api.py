@@ -160,3 +160,12 @@ def test_plan_is_exported_lazily():
     plan_module = pytest.importorskip("flashrnn_kernels.fused.plan")
     assert flashrnn_kernels.plan is plan_module.plan
     assert flashrnn_kernels.KernelPlan is plan_module.KernelPlan
+
+
+def test_auto_runs_cells_without_a_fused_kernel_on_the_reference(monkeypatch):
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch, "_cupy_importable", lambda: True)
+    with pytest.warns(ReferenceFallbackWarning, match=r"does not implement cell 'gru'"):
+        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("gru")) == "reference"
+    with pytest.raises(ValueError, match=r"backend='fused' has no kernel for cell 'gru'; fused cells: \['lstm'\]"):
+        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, get_cell("gru"))

@@ -92,3 +92,75 @@ def test_half_precision_inputs_return_their_dtype(dtype, rtol):
     h64, last64 = flashrnn_reference(*(t.double() for t in (Wx, R, b, states)), "lstm")
     torch.testing.assert_close(h.double(), h64, rtol=rtol, atol=rtol)
     torch.testing.assert_close(last.double(), last64, rtol=rtol, atol=rtol)
+
+
+def _grad_check(outputs, expected_outputs, inputs, tol):
+    upstream = [torch.randn_like(t) for t in expected_outputs]
+    got = torch.autograd.grad(outputs, inputs, upstream)
+    want = torch.autograd.grad(expected_outputs, inputs, upstream)
+    for k, (g, w) in enumerate(zip(got, want)):
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, k=k: f"gradient of input {k}: {m}")
+
+
+def test_gru_matches_torch_gru():
+    """Gate n's input part and its recurrent part (with b_hn, under the reset gate) are gates n and hn."""
+    torch.manual_seed(5)
+    B, T, I, H = 3, 6, 4, 5
+    gru = nn.GRU(I, H, batch_first=True, dtype=torch.float64)
+    x = torch.randn(B, T, I, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(1, B, H, dtype=torch.float64, requires_grad=True)
+    expected, h_n = gru(x, h0)
+
+    w_ir, w_iz, w_in = gru.weight_ih_l0.chunk(3)
+    w_hr, w_hz, w_hn = gru.weight_hh_l0.chunk(3)
+    b_ir, b_iz, b_in = gru.bias_ih_l0.chunk(3)
+    b_hr, b_hz, b_hn = gru.bias_hh_l0.chunk(3)
+    projected = [x @ w.T for w in (w_ir, w_iz, w_in)]
+    Wx = torch.stack([*projected, torch.zeros_like(projected[0])], dim=2).view(B, T, 4, 1, H)
+    R = torch.stack([w_hr, w_hz, torch.zeros_like(w_hn), w_hn]).view(4, 1, H, H)
+    b = torch.stack([b_ir + b_hr, b_iz + b_hz, b_in, b_hn]).view(4, 1, H)
+    h, last = flashrnn_reference(Wx, R, b, h0.view(1, B, 1, H), "gru")
+    tol = TOLERANCES[torch.float64]
+    torch.testing.assert_close(h.view(B, T, H), expected, **tol)
+    torch.testing.assert_close(last.view(1, B, H), h_n, **tol)
+    _grad_check([h.view(B, T, H), last.view(1, B, H)], [expected, h_n], [x, h0, *gru.parameters()], tol)
+
+
+def test_elman_matches_torch_rnn():
+    torch.manual_seed(6)
+    B, T, I, H = 2, 7, 3, 4
+    rnn = nn.RNN(I, H, batch_first=True, dtype=torch.float64)
+    x = torch.randn(B, T, I, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(1, B, H, dtype=torch.float64, requires_grad=True)
+    expected, h_n = rnn(x, h0)
+    Wx = (x @ rnn.weight_ih_l0.T).view(B, T, 1, 1, H)
+    R = rnn.weight_hh_l0.view(1, 1, H, H)
+    b = (rnn.bias_ih_l0 + rnn.bias_hh_l0).view(1, 1, H)
+    h, last = flashrnn_reference(Wx, R, b, h0.view(1, B, 1, H), "elman")
+    tol = TOLERANCES[torch.float64]
+    torch.testing.assert_close(h.view(B, T, H), expected, **tol)
+    _grad_check([h.view(B, T, H), last.view(1, B, H)], [expected, h_n], [x, h0, *rnn.parameters()], tol)
+
+
+def test_slstm_equals_unstabilised_formulas():
+    """The stabiliser m rescales c and n by exp(-m) and leaves h unchanged."""
+    B, T, NH, DH = 2, 12, 2, 3
+    generator = torch.Generator().manual_seed(7)
+    Wx = torch.randn(B, T, 4, NH, DH, dtype=torch.float64, generator=generator)
+    R = torch.randn(4, NH, DH, DH, dtype=torch.float64, generator=generator) / DH
+    b = torch.randn(4, NH, DH, dtype=torch.float64, generator=generator)
+    states = torch.zeros(4, B, NH, DH, dtype=torch.float64)
+    h, last = flashrnn_reference(Wx, R, b, states, "slstm")
+
+    hs, h_t, c_t, n_t = [], states[0], states[1], states[2]
+    for t in range(T):
+        x_i, x_f, x_z, x_o = (Wx[:, t] + b + torch.einsum("gnoi,bni->bgno", R, h_t)).unbind(1)
+        i, f = torch.exp(x_i), torch.sigmoid(x_f)
+        c_t = f * c_t + i * torch.tanh(x_z)
+        n_t = f * n_t + i
+        h_t = torch.sigmoid(x_o) * c_t / n_t
+        hs.append(h_t)
+    torch.testing.assert_close(h, torch.stack(hs, 1), **TOLERANCES[torch.float64])
+    m = last[3]
+    torch.testing.assert_close(last[1] * torch.exp(m), c_t, **TOLERANCES[torch.float64])
+    torch.testing.assert_close(last[2] * torch.exp(m), n_t, **TOLERANCES[torch.float64])
