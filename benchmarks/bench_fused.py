@@ -162,7 +162,7 @@ def run_job(job: dict, opts: dict) -> dict:
         if errs is not None:
             result["fwd_err"], result["fwd+bwd_err"] = errs
     for direction, fn in zip(DIRECTIONS, fns):
-        if direction in job["directions"] and direction not in failed:
+        if direction not in failed:
             result[f"{direction}_ms"] = common.attempt(
                 f"{impl} {direction}", lambda fn=fn: common.measure(fn, budget_ms=budget), errors)
     return result
@@ -171,10 +171,9 @@ def run_job(job: dict, opts: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- parent side
 
 
-def _job(impl: str, case: Case, *, check: bool = False, first_call: bool = False,
-         directions: Sequence[str] = DIRECTIONS) -> dict:
+def _job(impl: str, case: Case, *, check: bool = False, first_call: bool = False) -> dict:
     return {"impl": impl, "case": dataclasses.asdict(case), "check": check, "first_call": first_call,
-            "directions": list(directions), "seed": len(impl) * 1000 + case.batch + case.seq + case.head_dim}
+            "seed": len(impl) * 1000 + case.batch + case.seq + case.head_dim}
 
 
 def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[Case], list[dict]]:
@@ -193,7 +192,7 @@ def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[Case], list[
         key = (case.batch, case.seq, case.hidden)
         if key not in anchor_keys and "cudnn" in args.impls:
             anchor_keys.add(key)
-            jobs += [_job(impl, dataclasses.replace(case, head_dim=case.hidden, num_heads=1, dtype="fp32"))
+            jobs += [_job(impl, Case(case.batch, case.seq, case.hidden, 1, impl.split("_")[1]))
                      for impl in cudnn_impls]
     if "ours" in args.impls:
         jobs += [_job("ours", case, check=section != "length" or case.seq == args.seq, first_call=True)
@@ -396,10 +395,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     title_extra = " — PLUMBING CHECK on CPU, stand-in implementation, not measurements" if cpu else ""
     opts = {"budget_ms": args.budget_ms, "stand_in": cpu}
     script = os.path.abspath(__file__)
-    markdown = []
+    markdown, plot_errors = [], []
     for section in args.sections:
         stem = name if section == "shapes" else f"{name}_{section}"
         cases, jobs = plan_jobs(section, args)
+        if not cases:
+            print(f"== section {section}: no cases selected, skipped", flush=True)
+            continue
         title = f"Fused LSTM, {section}{title_extra}"
 
         def save(results: dict[int, dict], stem=stem, cases=cases, jobs=jobs, title=title, section=section) -> str:
@@ -413,9 +415,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for direction in DIRECTIONS:
             x = {"shapes": "DH:NH", "batch": "B", "length": "T"}[section]
             suffix = direction.replace("+", "")
-            common.plot(f"{stem}_{suffix}", _long_rows(rows, direction, x), x=x, y="ms", series="impl",
-                        title=f"LSTM {direction}, {section}{' (CPU plumbing check)' if cpu else ''}", logx=section != "shapes", logy=True)
-    print(f"results in {common.results_dir()}")
+            long_rows = _long_rows(rows, direction, x)
+            plot_title = f"LSTM {direction}, {section}{' (CPU plumbing check)' if cpu else ''}"
+            common.attempt(f"plot {stem} {direction}", lambda: common.plot(
+                f"{stem}_{suffix}", long_rows, x=x, y="ms", series="impl", title=plot_title,
+                logx=section != "shapes", logy=True), plot_errors)
+    print(f"results in {common.results_dir()}" + (f"; plots failed: {plot_errors}" if plot_errors else ""))
     print("\n".join(markdown))
     return 0
 
