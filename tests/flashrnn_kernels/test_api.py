@@ -35,10 +35,16 @@ def _call(**kwargs):
         ({"Wx": torch.zeros(B, T, 4 * NH * DH)}, r"Wx must be 5-D \[B, T, G, NH, DH\].*got 3-D shape \[2, 3, 32\]"),
         ({"Wx": torch.zeros(B, T, 3, NH, DH)}, r"Wx has G=3 .* cell 'lstm' has 4 gates"),
         ({"Wx": torch.zeros(B, 0, 4, NH, DH)}, r"every extent >= 1, got \[2, 0, 4, 2, 4\]"),
-        ({"R": torch.zeros(4, NH, DH, DH + 1)}, r"R must have shape \[G, NH, DH, DH\] = \[4, 2, 4, 4\], got \[4, 2, 4, 5\]"),
+        (
+            {"R": torch.zeros(4, NH, DH, DH + 1)},
+            r"R must have shape \[G, NH, DH, DH\] = \[4, 2, 4, 4\], got \[4, 2, 4, 5\]",
+        ),
         ({"R": torch.zeros(4, NH * DH, NH * DH)}, r"R must have shape \[G, NH, DH, DH\]"),
         ({"b": torch.zeros(4, NH * DH)}, r"b must have shape \[G, NH, DH\] = \[4, 2, 4\], got \[4, 8\]"),
-        ({"states": torch.zeros(2, B + 1, NH, DH)}, r"states must have shape \[S, B, NH, DH\] \(S=2 states \('h', 'c'\)\)"),
+        (
+            {"states": torch.zeros(2, B + 1, NH, DH)},
+            r"states must have shape \[S, B, NH, DH\] \(S=2 states \('h', 'c'\)\)",
+        ),
         ({"states": torch.zeros(1, B, NH, DH)}, r"states must have shape .* got \[1, 2, 2, 4\]"),
     ],
 )
@@ -56,7 +62,8 @@ def test_type_errors():
         _call(dtype=torch.int32)
     with pytest.raises(TypeError, match=r"dtype must be a torch.dtype"):
         _call(dtype="bf16")
-    with pytest.raises(TypeError, match=r"backend 'fused' supports dtypes \['torch.bfloat16', 'torch.float16', 'torch.float32'\], got torch.float64"):
+    fused_dtypes = r"\['torch.bfloat16', 'torch.float16', 'torch.float32'\]"
+    with pytest.raises(TypeError, match=rf"backend 'fused' supports dtypes {fused_dtypes}, got torch.float64"):
         check_dtype(torch.float64, "fused")
 
 
@@ -79,7 +86,8 @@ def test_unknown_cell_and_backend_list_valid_choices():
 
 
 def test_fused_on_cpu_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"backend='fused' needs CUDA tensors, got tensors on cpu.*backend='reference'"):
+    message = r"backend='fused' needs CUDA tensors, got tensors on cpu.*backend='reference'"
+    with pytest.raises(ValueError, match=message):
         _call(backend="fused")
 
 

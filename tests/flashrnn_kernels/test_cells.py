@@ -26,7 +26,7 @@ def _random_inputs(cell: CellSpec, n: int = 257, seed: int = 0):
 def test_backward_equals_autograd_of_forward(name):
     cell = get_cell(name)
     x, s, dy = _random_inputs(cell)
-    leaves = {**{f"x_{g}": t.requires_grad_() for g, t in x.items()}, **{f"s_{n}": t.requires_grad_() for n, t in s.items()}}
+    leaves = {f"x_{g}": t.requires_grad_() for g, t in x.items()} | {f"s_{n}": t.requires_grad_() for n, t in s.items()}
     y, a = cell.torch_forward(x, s)
     grads = torch.autograd.grad(
         [y[n] for n in cell.states], list(leaves.values()), [dy[n] for n in cell.states], allow_unused=True
@@ -60,7 +60,8 @@ def test_rendered_cuda_means_the_same_as_torch(name):
     cell = get_cell(name)
     x, s, dy = _random_inputs(cell, seed=1)
     y, a = cell.torch_forward(x, s)
-    forward = _run_rendered_c(cell.cuda_forward(), {f"x_{g}": t for g, t in x.items()} | {f"s_{n}": t for n, t in s.items()})
+    inputs = {f"x_{g}": t for g, t in x.items()} | {f"s_{n}": t for n, t in s.items()}
+    forward = _run_rendered_c(cell.cuda_forward(), inputs)
     for n in cell.states:
         torch.testing.assert_close(forward[f"y_{n}"], y[n], rtol=1e-14, atol=0)
     dx, ds = cell.torch_backward(a, s, y, dy)
@@ -85,7 +86,8 @@ def test_lstm_is_torch_formulation():
 
 
 def test_literals_render_as_float():
-    cell = CellSpec("half", ("a",), ("h",), (("a_a", "x_a"), ("y_h", "1 / 2 * x_a - -s_h")), (("dx_a", "dy_h / 2"), ("ds_h", "dy_h")))
+    forward = (("a_a", "x_a"), ("y_h", "1 / 2 * x_a - -s_h"))
+    cell = CellSpec("half", ("a",), ("h",), forward, (("dx_a", "dy_h / 2"), ("ds_h", "dy_h")))
     assert "const float y_h = (((1.0f / 2.0f) * x_a) - (-s_h));" in cell.cuda_forward().splitlines()
     y, _ = cell.torch_forward({"a": torch.tensor([4.0])}, {"h": torch.tensor([1.0])})
     assert y["h"].item() == 3.0
@@ -152,13 +154,16 @@ def _kernel_source(cell: CellSpec) -> str:
         return "{\n" + binds + statements + "\n" + stores + "}\n"
 
     g, s = cell.gates, cell.states
-    fwd = block([f"x_{n}" for n in g] + [f"s_{n}" for n in s], cell.cuda_forward(), [f"y_{n}" for n in s] + [f"a_{n}" for n in g])
+    fwd_in, fwd_out = [f"x_{n}" for n in g] + [f"s_{n}" for n in s], [f"y_{n}" for n in s] + [f"a_{n}" for n in g]
+    fwd = block(fwd_in, cell.cuda_forward(), fwd_out)
     bwd_in = [f"a_{n}" for n in g] + [f"{p}_{n}" for p in ("s", "y", "dy") for n in s]
     bwd = block(bwd_in, cell.cuda_backward(), [f"dx_{n}" for n in g] + [f"ds_{n}" for n in s])
     kernel = f"step_{cell.name}"
     return (
         f"template <typename T> __global__ void {kernel}(const T* in, T* out) {{\n" + fwd + bwd + "}\n"
-        + "".join(f"template __global__ void {kernel}<{t}>(const {t}*, {t}*);\n" for t in ("float", "__half", "__nv_bfloat16"))
+        + "".join(
+            f"template __global__ void {kernel}<{t}>(const {t}*, {t}*);\n" for t in ("float", "__half", "__nv_bfloat16")
+        )
     )
 
 
@@ -167,6 +172,7 @@ def _kernel_source(cell: CellSpec) -> str:
 def test_rendered_steps_compile_with_nvcc(arch, flags, tmp_path):
     source = tmp_path / "cells.cu"
     source.write_text('#include "cells/ops.cuh"\n' + "".join(_kernel_source(cell) for cell in CELLS.values()))
-    command = ["nvcc", "-std=c++17", f"-arch={arch}", *flags, f"-I{KERNEL_DIR}", "-c", str(source), "-o", str(tmp_path / "o.o")]
+    command = ["nvcc", "-std=c++17", f"-arch={arch}", *flags, f"-I{KERNEL_DIR}", "-c", str(source)]
+    command += ["-o", str(tmp_path / "cells.o")]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
