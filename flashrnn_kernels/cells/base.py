@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +78,8 @@ def _parse(expr: str, where: str) -> ast.expr:
         if isinstance(node, ast.Name):
             continue
         if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            if abs(node.value) > 3.0e38 or not math.isfinite(node.value):
+                raise CellSpecError(f"{where}: literal {node.value!r} in {expr!r} is outside the float32 range")
             continue
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
