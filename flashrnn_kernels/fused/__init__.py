@@ -1,0 +1,1 @@
+"""Fused persistent recurrent kernels: problem -> plan (constrint) -> CUDA source -> launch -> autograd."""

@@ -1,0 +1,186 @@
+// Persistent fused recurrent backward: the gate-gradient recurrence, all T steps in one launch, t = T-1 .. 0.
+//
+// Same grid and on-chip rule as the forward. Block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS) as
+// rows of R^T: per step its warps compute the recurrent gradient dh_rec[unit][batch] = sum_{g,o} R[g][o][unit]
+// dx_g[o][batch] from the full gate-gradient vector of the previous iteration (shared memory, exchanged through
+// distributed shared memory inside a cluster), then run the cell's backward step for their units in registers
+// (the gradients of the non-h states stay in registers) and publish their slice of dx. The saved gate values
+// and states of step t-1 are staged by cp.async while step t computes.
+//
+// Tensors (elements of elem_t unless noted; all contiguous):
+//   R [G, NH, DH, DH]   states [S, B, NH, DH]   h_out [B, T, NH, DH]   gates_save fp32 [B, T, G, NH, DH]
+//   states_save fp32 [S-1, B, T+1, NH, DH]   d_h [B, T, NH, DH] (gradient of h_out)
+//   d_last [S, B, NH, DH] (gradient of the last states)
+//   d_gates fp32 [B, T, G, NH, DH] (gradient of the pre-activations = of Wx)   d_states [S, B, NH, DH]
+#if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
+    !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+#error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
+#endif
+
+#define K_DIM (GATES * HEAD_DIM)
+#include "fused/engine.cuh"
+
+static_assert(M_TILES == 1, "backward: a warp owns one 16-row tile of R^T");
+
+// Shared memory layout (bytes): R^T fragments, dx double buffer, staged per-step inputs (double buffered),
+// k-split reduction.
+#define STAGE_F32_ROWS (GATES + 2 * (STATES - 1))  // a_g, s_k, y_k (k >= 1) per batch row, fp32
+#define STAGE_ELEM_ROWS 3                          // s_h, y_h, d_h per batch row, elem_t
+#define SM_RFRAG 0
+#define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
+#define SM_F32 (SM_V + 2 * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
+#define SM_ELEM (SM_F32 + 2 * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
+#define SM_RED (SM_ELEM + 2 * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
+#define SM_TOTAL (SM_RED + (WARPS_K - 1) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
+
+#if CLUSTER_BLOCKS > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
+
+extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
+flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__ states,
+                        const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
+                        const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
+                        const elem_t* __restrict__ d_last, float* __restrict__ d_gates,
+                        elem_t* __restrict__ d_states, int B, int T) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
+    elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
+    float* stage_f32 = reinterpret_cast<float*>(smem + SM_F32);
+    elem_t* stage_elem = reinterpret_cast<elem_t*>(smem + SM_ELEM);
+    float* red = reinterpret_cast<float*>(smem + SM_RED);
+
+    constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
+    constexpr int F32_TILE = BATCH_TILE * STAGE_F32_ROWS * ROWS, ELEM_TILE = BATCH_TILE * ROWS;
+    const int head = blockIdx.x / CLUSTER_BLOCKS, rank = blockIdx.x % CLUSTER_BLOCKS;
+    const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
+    const int u_block = rank * ROWS, u_warp = u_block + wm * 16, k_first = wk * K_TILES_PER_WARP * K_TILE;
+    const size_t unit_stride = (size_t)NH * DH;
+
+    // A[0][row][k = g*DH + o] = R[g][head][o][u_warp + row]
+    RecurrentA A;
+    A.load(rfrag, warp, k_first, [&](int, int row, int k) {
+        const int g = k / DH, o = k - g * DH;
+        return to_float(R[((size_t)(g * NH + head) * DH + o) * DH + u_warp + row]);
+    });
+
+    // Gradient w.r.t. each state after the step being processed, starting from the last states' gradient.
+    float dy[S][N_TILES][4];
+#pragma unroll
+    for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int u = u_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+#pragma unroll
+            for (int k = 0; k < S; ++k)
+                dy[k][n][e] = col < valid_b ? to_float(d_last[((size_t)(k * B + b0 + col) * NH + head) * DH + u]) : 0.f;
+        }
+
+    const int f32_row_bytes = ROWS * 4, elem_row_bytes = ROWS * (int)sizeof(elem_t);
+    const long long seq_b = (long long)T * unit_stride;  // elements between batches of h_out / d_h
+    const size_t col0 = (size_t)head * DH + u_block;
+    auto stage = [&](int t, int buf) {
+        float* f = stage_f32 + buf * F32_TILE;
+        elem_t* el = stage_elem + buf * 3 * ELEM_TILE;
+        stage_rows(f, gates_save + ((size_t)b0 * T + t) * G * unit_stride + col0, G, f32_row_bytes,
+                   seq_b * G * 4, unit_stride * 4, valid_b);
+        const long long save_b = (long long)(T + 1) * unit_stride, save_k = (long long)B * save_b;
+        const float* sv = states_save + (size_t)b0 * save_b + col0;
+        stage_rows(f + BATCH_TILE * G * ROWS, sv + (size_t)t * unit_stride, S - 1, f32_row_bytes, save_b * 4,
+                   save_k * 4, valid_b);
+        stage_rows(f + BATCH_TILE * (G + S - 1) * ROWS, sv + (size_t)(t + 1) * unit_stride, S - 1, f32_row_bytes,
+                   save_b * 4, save_k * 4, valid_b);
+        if (t > 0)
+            stage_rows(el, h_out + (size_t)b0 * seq_b + (size_t)(t - 1) * unit_stride + col0, 1, elem_row_bytes,
+                       seq_b * sizeof(elem_t), 0, valid_b);
+        else
+            stage_rows(el, states + (size_t)b0 * unit_stride + col0, 1, elem_row_bytes,
+                       unit_stride * sizeof(elem_t), 0, valid_b);
+        stage_rows(el + ELEM_TILE, h_out + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0, 1, elem_row_bytes,
+                   seq_b * sizeof(elem_t), 0, valid_b);
+        stage_rows(el + 2 * ELEM_TILE, d_h + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0, 1, elem_row_bytes,
+                   seq_b * sizeof(elem_t), 0, valid_b);
+    };
+    if (T > 0) stage(T - 1, 0);
+    cp_async_wait_all();
+    cluster_barrier();
+
+    // Iteration `it` processes step t = T-1-it with the recurrent gradient of dx_{t+1} (none at it = 0);
+    // iteration T only adds R^T dx_0 to the initial state's gradient.
+    for (int it = 0; it <= T; ++it) {
+        const int cur = it & 1, t = T - 1 - it;
+        if (it + 1 < T) stage(t - 1, cur ^ 1);
+        float acc[M_TILES][N_TILES][4];
+        if (it > 0) {
+            A.multiply(acc, V + (cur ^ 1) * BATCH_TILE * V_STRIDE, k_first);
+            reduce_k_split(acc, red, wm, wk);
+        } else {
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[0][n][e] = 0.f;
+        }
+        if (it == T) {
+            if (wk == 0) {
+#pragma unroll
+                for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int u = u_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        if (col < valid_b) {
+#pragma unroll
+                            for (int k = 0; k < S; ++k)
+                                d_states[((size_t)(k * B + b0 + col) * NH + head) * DH + u] =
+                                    from_float<elem_t>(dy[k][n][e] + (k == 0 ? acc[0][n][e] : 0.f));
+                        }
+                    }
+            }
+            break;
+        }
+        elem_t* Vn = V + cur * BATCH_TILE * V_STRIDE;
+        if (wk == 0) {
+            const float* f = stage_f32 + cur * F32_TILE;
+            const elem_t* el = stage_elem + cur * 3 * ELEM_TILE;
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = (lane >> 2) + 8 * (e >> 1), r = wm * 16 + row, u = u_warp + row;
+                    const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                    float a[G], s[S], y[S], d[S], dx[G], ds[S];
+#pragma unroll
+                    for (int j = 0; j < G; ++j) a[j] = f[(col * G + j) * ROWS + r];
+                    s[0] = to_float(el[col * ROWS + r]);
+                    y[0] = to_float(el[ELEM_TILE + col * ROWS + r]);
+                    d[0] = dy[0][n][e] + acc[0][n][e] + to_float(el[2 * ELEM_TILE + col * ROWS + r]);
+#pragma unroll
+                    for (int k = 1; k < S; ++k) {
+                        s[k] = f[BATCH_TILE * G * ROWS + (col * (S - 1) + k - 1) * ROWS + r];
+                        y[k] = f[BATCH_TILE * (G + S - 1) * ROWS + (col * (S - 1) + k - 1) * ROWS + r];
+                        d[k] = dy[k][n][e];
+                    }
+                    cell_backward(a, s, y, d, dx, ds);
+#pragma unroll
+                    for (int k = 0; k < S; ++k) dy[k][n][e] = ds[k];
+#pragma unroll
+                    for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u] = from_float<elem_t>(dx[j]);
+                    if (col < valid_b) {
+                        const size_t bt = (size_t)(b0 + col) * T + t;
+#pragma unroll
+                        for (int j = 0; j < G; ++j) d_gates[(bt * G + j) * unit_stride + (size_t)head * DH + u] = dx[j];
+                    }
+                }
+        }
+        cp_async_wait_all();
+#if CLUSTER_BLOCKS > 1
+        __syncthreads();
+        broadcast_slice(Vn, G, DH, u_block, ROWS);
+#endif
+        cluster_barrier();
+    }
+}

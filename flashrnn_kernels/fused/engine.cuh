@@ -1,0 +1,317 @@
+// The recurrent matrix engine shared by the fused forward and backward kernels.
+//
+// Every step computes, per warp, acc[M_TILES][N_TILES] = A[rows x K-slice] . V[K-slice x BATCH_TILE], where A is
+// the direction's view of R (held on chip for the whole sequence: REG_K_TILES k-tiles of fragments in registers,
+// the rest of the warp's K slice as pre-swizzled fragments in shared memory) and V is the recurrent vector of the
+// step (h forward, the gate gradients backward) in shared memory, batch-major: V[batch][k] with a padded row.
+//
+// bf16/fp16: mma.sync m16n8k16 (fp32 accumulate), V fragments by ldmatrix.
+// fp32: mma.sync m16n8k8 tf32 in the split form a*b ~ ah*bh + ah*bl + al*bh (hi = tf32 rounding, lo = residue),
+//       which keeps products to about fp32 accuracy; single tf32 would lose 3 decimal digits.
+// Accumulator element e of tile (m, n) sits at row (lane/4 + 8*(e/2)), batch column (2*(lane%4) + e%2).
+//
+// Plan macros used (rendered by runtime/codegen.py): DTYPE_*, WARPS_M, WARPS_K, M_TILES, BATCH_TILE, K_TILE,
+// REG_K_TILES, CLUSTER_BLOCKS; the including kernel defines K_DIM and A_VALUE(m_tile, row, k).
+#pragma once
+
+#include <stdint.h>
+#include "cells/ops.cuh"
+
+#if defined(DTYPE_BF16)
+typedef __nv_bfloat16 elem_t;
+#elif defined(DTYPE_FP16)
+typedef __half elem_t;
+#elif defined(DTYPE_FP32)
+typedef float elem_t;
+#else
+#error "the plan must define one of DTYPE_BF16, DTYPE_FP16, DTYPE_FP32"
+#endif
+
+#define N_TILES (BATCH_TILE / 8)
+#define THREADS (32 * WARPS_M * WARPS_K)
+#define ROWS_PER_BLOCK (16 * WARPS_M)
+#define K_TILES_PER_WARP (K_DIM / K_TILE / WARPS_K)
+#define SMEM_K_TILES (K_TILES_PER_WARP - REG_K_TILES)
+// V rows are padded by 16 bytes: ldmatrix rows and tf32 fragment words then fall in distinct banks.
+#define V_STRIDE (K_DIM + 16 / (int)sizeof(elem_t))
+
+#if defined(DTYPE_FP32)
+static_assert(K_TILE == 8, "fp32 uses m16n8k8 tf32 tiles: K_TILE must be 8");
+#else
+static_assert(K_TILE == 16, "bf16/fp16 use m16n8k16 tiles: K_TILE must be 16");
+#endif
+static_assert(K_DIM % (K_TILE * WARPS_K) == 0, "K must split evenly into k-tiles over WARPS_K warps");
+static_assert(REG_K_TILES >= 0 && REG_K_TILES <= K_TILES_PER_WARP, "REG_K_TILES out of range");
+static_assert(BATCH_TILE % 8 == 0, "BATCH_TILE must be a multiple of the mma n=8");
+static_assert(HEAD_DIM == CLUSTER_BLOCKS * ROWS_PER_BLOCK, "rows must split evenly over the cluster");
+static_assert(THREADS == PLAN_THREADS, "thread count differs from the plan");
+
+#if defined(DTYPE_FP32)
+#define A_REGS 8  // tf32 hi[0..3] and lo[4..7] of the four A elements a lane holds
+#else
+#define A_REGS 4  // four pairs of bf16/fp16
+#endif
+#define A_VECS (A_REGS / 4)  // 16-byte vectors per lane of a fragment in shared memory
+typedef uint32_t afrag_t[A_REGS];
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+#if defined(DTYPE_FP32)
+__device__ __forceinline__ uint32_t tf32_round(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+    hi = tf32_round(x);
+    lo = tf32_round(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#else
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+#if defined(DTYPE_BF16)
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+#else
+    __half2 v = __floats2half2_rn(lo, hi);
+#endif
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+#endif
+
+// The A fragment of m-tile `m`, k-tile starting at k0 (rows relative to the warp's 16-row group).
+template <typename AValue>
+__device__ __forceinline__ void load_a_fragment(afrag_t& f, int m, int k0, AValue a_value) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#if defined(DTYPE_FP32)
+    split_tf32(a_value(m, g, k0 + t), f[0], f[4]);
+    split_tf32(a_value(m, g + 8, k0 + t), f[1], f[5]);
+    split_tf32(a_value(m, g, k0 + t + 4), f[2], f[6]);
+    split_tf32(a_value(m, g + 8, k0 + t + 4), f[3], f[7]);
+#else
+    f[0] = pack2(a_value(m, g, k0 + 2 * t), a_value(m, g, k0 + 2 * t + 1));
+    f[1] = pack2(a_value(m, g + 8, k0 + 2 * t), a_value(m, g + 8, k0 + 2 * t + 1));
+    f[2] = pack2(a_value(m, g, k0 + 2 * t + 8), a_value(m, g, k0 + 2 * t + 9));
+    f[3] = pack2(a_value(m, g + 8, k0 + 2 * t + 8), a_value(m, g + 8, k0 + 2 * t + 9));
+#endif
+}
+
+// One k-tile of the warp's product for every (m-tile, n-tile): V is this step's vector buffer.
+__device__ __forceinline__ void mma_k_tile(float (&acc)[M_TILES][N_TILES][4], const afrag_t (&a)[M_TILES],
+                                           const elem_t* V, int k0) {
+    const int lane = threadIdx.x & 31;
+#if defined(DTYPE_FP32)
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int n = 0; n < N_TILES; ++n) {
+        const float* row = V + (n * 8 + g) * V_STRIDE + k0;
+        uint32_t bh0, bl0, bh1, bl1;
+        split_tf32(row[t], bh0, bl0);
+        split_tf32(row[t + 4], bh1, bl1);
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m) {
+            mma_tf32(acc[m][n], a[m] + 4, bh0, bh1);
+            mma_tf32(acc[m][n], a[m], bl0, bl1);
+            mma_tf32(acc[m][n], a[m], bh0, bh1);
+        }
+    }
+#else
+#pragma unroll
+    for (int n = 0; n < N_TILES; ++n) {
+        // ldmatrix.x2: lanes 0-7 address k0..k0+7 of batch rows n*8..n*8+7, lanes 8-15 k0+8..k0+15.
+        const elem_t* p = V + (n * 8 + (lane & 7)) * V_STRIDE + k0 + ((lane >> 3) & 1) * 8;
+        uint32_t b0, b1;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(b0), "=r"(b1)
+                     : "r"(smem_addr(p)));
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m) {
+#if defined(DTYPE_BF16)
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                "{%0,%1,%2,%3};\n"
+                : "+f"(acc[m][n][0]), "+f"(acc[m][n][1]), "+f"(acc[m][n][2]), "+f"(acc[m][n][3])
+                : "r"(a[m][0]), "r"(a[m][1]), "r"(a[m][2]), "r"(a[m][3]), "r"(b0), "r"(b1));
+#else
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                "{%0,%1,%2,%3};\n"
+                : "+f"(acc[m][n][0]), "+f"(acc[m][n][1]), "+f"(acc[m][n][2]), "+f"(acc[m][n][3])
+                : "r"(a[m][0]), "r"(a[m][1]), "r"(a[m][2]), "r"(a[m][3]), "r"(b0), "r"(b1));
+#endif
+        }
+    }
+#endif
+}
+
+// R held on chip by one warp: register fragments for its first REG_K_TILES k-tiles, shared-memory fragments
+// (16-byte vectors per lane, bank-conflict free) for the remaining SMEM_K_TILES.
+struct RecurrentA {
+    afrag_t reg[REG_K_TILES > 0 ? REG_K_TILES : 1][M_TILES];
+    const uint4* smem;  // this warp's [SMEM_K_TILES][M_TILES][A_VECS][32] vectors
+
+    template <typename AValue>
+    __device__ __forceinline__ void load(uint4* smem_all, int warp, int k_first, AValue a_value) {
+        const int lane = threadIdx.x & 31;
+        uint4* mine = smem_all + (size_t)warp * SMEM_K_TILES * M_TILES * A_VECS * 32;
+        smem = mine;
+#pragma unroll 1
+        for (int kt = 0; kt < K_TILES_PER_WARP; ++kt) {
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) {
+                afrag_t f;
+                load_a_fragment(f, m, k_first + kt * K_TILE, a_value);
+                if (kt >= REG_K_TILES) {
+#pragma unroll
+                    for (int v = 0; v < A_VECS; ++v)
+                        mine[(((kt - REG_K_TILES) * M_TILES + m) * A_VECS + v) * 32 + lane] =
+                            make_uint4(f[4 * v], f[4 * v + 1], f[4 * v + 2], f[4 * v + 3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int kt = 0; kt < REG_K_TILES; ++kt)
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) load_a_fragment(reg[kt][m], m, k_first + kt * K_TILE, a_value);
+    }
+
+    // acc = A . V over this warp's K slice.
+    __device__ __forceinline__ void multiply(float (&acc)[M_TILES][N_TILES][4], const elem_t* V, int k_first) const {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+#pragma unroll
+        for (int kt = 0; kt < REG_K_TILES; ++kt) mma_k_tile(acc, reg[kt], V, k_first + kt * K_TILE);
+#pragma unroll 2
+        for (int kt = REG_K_TILES; kt < K_TILES_PER_WARP; ++kt) {
+            afrag_t a[M_TILES];
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+                for (int v = 0; v < A_VECS; ++v) {
+                    const uint4 x = smem[(((kt - REG_K_TILES) * M_TILES + m) * A_VECS + v) * 32 + lane];
+                    a[m][4 * v] = x.x; a[m][4 * v + 1] = x.y; a[m][4 * v + 2] = x.z; a[m][4 * v + 3] = x.w;
+                }
+            mma_k_tile(acc, a, V, k_first + kt * K_TILE);
+        }
+    }
+};
+
+// Sum the WARPS_K partial products of one row group into the warps with k index 0 (one block barrier).
+__device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
+#if WARPS_K > 1
+    const int lane = threadIdx.x & 31;
+    constexpr int PER = M_TILES * N_TILES * 4;
+    if (wk > 0) {
+        float* dst = red + ((size_t)((wk - 1) * WARPS_M + wm) * PER) * 32 + lane;
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dst[((m * N_TILES + n) * 4 + e) * 32] = acc[m][n][e];
+    }
+    __syncthreads();
+    if (wk == 0) {
+#pragma unroll 1
+        for (int w = 1; w < WARPS_K; ++w) {
+            const float* src = red + ((size_t)((w - 1) * WARPS_M + wm) * PER) * 32 + lane;
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+                for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[m][n][e] += src[((m * N_TILES + n) * 4 + e) * 32];
+        }
+    }
+#endif
+}
+
+// ---- asynchronous staging of per-step inputs (global -> shared, 16-byte chunks, zero fill past the batch) ----
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// dst[b][j][0:row_bytes] <- src + b*stride_b + j*stride_j (bytes), for b < BATCH_TILE; rows b >= valid_b are zero.
+__device__ __forceinline__ void stage_rows(void* dst, const void* src, int j_count, int row_bytes, long long stride_b,
+                                           long long stride_j, int valid_b) {
+    const int chunks = row_bytes / 16, per_b = j_count * chunks;
+    for (int i = threadIdx.x; i < BATCH_TILE * per_b; i += THREADS) {
+        const int b = i / per_b, rest = i - b * per_b, j = rest / chunks, c = rest - j * chunks;
+        const bool valid = b < valid_b;
+        const char* s = static_cast<const char*>(src) + (valid ? b * stride_b + j * stride_j + c * 16 : 0);
+        cp_async16(static_cast<char*>(dst) + (b * j_count + j) * row_bytes + c * 16, s, valid);
+    }
+}
+
+// ---- block / cluster synchronisation and the exchange of a block's slice of the recurrent vector ----
+
+__device__ __forceinline__ void cluster_barrier() {
+#if CLUSTER_BLOCKS > 1
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+    __syncthreads();
+#endif
+}
+
+__device__ __forceinline__ int cluster_rank() {
+#if CLUSTER_BLOCKS > 1
+    uint32_t r;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return (int)r;
+#else
+    return 0;
+#endif
+}
+
+// Copy columns [col0, col0 + cols) of every batch row of the local vector buffer V to the same place in the
+// other blocks of the cluster (16-byte distributed shared-memory stores). Call between two block barriers.
+__device__ __forceinline__ void broadcast_slice(const elem_t* V, int j_count, int j_stride, int col0, int cols) {
+#if CLUSTER_BLOCKS > 1
+    const int rank = cluster_rank();
+    const int chunks = cols * (int)sizeof(elem_t) / 16, per_b = j_count * chunks;
+    const int total = BATCH_TILE * per_b;
+    for (int i = threadIdx.x; i < total * (CLUSTER_BLOCKS - 1); i += THREADS) {
+        const int r = i / total, rest = i - r * total;
+        const int target = r < rank ? r : r + 1;
+        const int b = rest / per_b, jc = rest - b * per_b, j = jc / chunks, c = jc - j * chunks;
+        const elem_t* p = V + b * V_STRIDE + j * j_stride + col0 + c * (16 / (int)sizeof(elem_t));
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
+        uint32_t remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(target));
+        asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z),
+                     "r"(v.w)
+                     : "memory");
+    }
+#endif
+}
+
+// Write rows [0, cols) of a batch-major shared tile (row stride src_stride elements) to global memory at
+// dst + b*dst_stride_b + j*dst_stride_j (elements), skipping batches >= valid_b.
+__device__ __forceinline__ void store_rows(elem_t* dst, const elem_t* src, int j_count, int src_j_stride,
+                                           int cols, long long dst_stride_b, long long dst_stride_j, int valid_b) {
+    constexpr int VEC = 16 / (int)sizeof(elem_t);
+    const int chunks = cols / VEC, per_b = j_count * chunks;
+    for (int i = threadIdx.x; i < valid_b * per_b; i += THREADS) {
+        const int b = i / per_b, rest = i - b * per_b, j = rest / chunks, c = rest - j * chunks;
+        const uint4 v = *reinterpret_cast<const uint4*>(src + b * V_STRIDE + j * src_j_stride + c * VEC);
+        *reinterpret_cast<uint4*>(dst + b * dst_stride_b + j * dst_stride_j + c * VEC) = v;
+    }
+}

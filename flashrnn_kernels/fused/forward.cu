@@ -1,0 +1,168 @@
+// Persistent fused recurrent forward: one launch runs all T steps.
+//
+// Grid: x = head * CLUSTER_BLOCKS + rank, y = batch tile. The blocks of one cluster share a (head, batch tile);
+// block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS_PER_BLOCK) with all GATES gates of each, so its
+// warps' accumulators hold every gate of the same (unit, batch) elements and the cell step runs in registers.
+// R stays on chip for the whole sequence; the non-h states stay in registers; h_t is exchanged through shared
+// memory (double buffered: one barrier per step; distributed shared memory inside a cluster). Wx of step t+1 is
+// staged by cp.async while step t computes.
+//
+// Tensors (elements of elem_t unless noted; all contiguous):
+//   Wx [B, T, G, NH, DH]   R [G, NH, DH, DH] (gate, head, out, in)   bias [G, NH, DH]   states [S, B, NH, DH]
+//   h_out [B, T, NH, DH]   last_states [S, B, NH, DH]
+//   gates_save fp32 [B, T, G, NH, DH] and states_save fp32 [S-1, B, T+1, NH, DH] (index 0: initial states):
+//   what the backward pass reads; both null for inference.
+#if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
+    !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+#error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
+#endif
+
+#define K_DIM HEAD_DIM
+#include "fused/engine.cuh"
+
+static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden units (M_TILES == GATES)");
+
+// Shared memory layout (bytes).
+#define SM_RFRAG 0
+#define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
+#define SM_WX (SM_V + 2 * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
+#define SM_RED (SM_WX + 2 * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
+#define SM_TOTAL (SM_RED + (WARPS_K - 1) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
+
+#if CLUSTER_BLOCKS > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
+
+extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
+flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
+                       const elem_t* __restrict__ states, elem_t* __restrict__ h_out,
+                       elem_t* __restrict__ last_states, float* __restrict__ gates_save,
+                       float* __restrict__ states_save, int B, int T) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
+    elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
+    elem_t* wx_stage = reinterpret_cast<elem_t*>(smem + SM_WX);
+    float* red = reinterpret_cast<float*>(smem + SM_RED);
+
+    constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
+    const int head = blockIdx.x / CLUSTER_BLOCKS, rank = blockIdx.x % CLUSTER_BLOCKS;
+    const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
+    const int o_block = rank * ROWS, o_warp = o_block + wm * 16, k_first = wk * K_TILES_PER_WARP * K_TILE;
+    const size_t unit_stride = (size_t)NH * DH;  // elements between gates / states at one (b, t)
+
+    // A[m][row][k] = R[gate m][head][o_warp + row][k]
+    RecurrentA A;
+    A.load(rfrag, warp, k_first, [&](int m, int row, int k) {
+        return to_float(R[((size_t)(m * NH + head) * DH + o_warp + row) * DH + k]);
+    });
+
+    float bias_r[G][2];
+    float st[S > 1 ? S - 1 : 1][N_TILES][4];
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) bias_r[j][h] = to_float(bias[(size_t)(j * NH + head) * DH + o_warp + (lane >> 2) + 8 * h]);
+#pragma unroll
+    for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+#pragma unroll
+            for (int k = 1; k < S; ++k) {
+                const float v = col < valid_b ? to_float(states[((size_t)(k * B + b0 + col) * NH + head) * DH + o]) : 0.f;
+                st[k - 1][n][e] = v;
+                if (states_save != nullptr && wk == 0 && col < valid_b)
+                    states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1)) * unit_stride + (size_t)head * DH + o] = v;
+            }
+        }
+    // h_0 -> V[0] (every block of a cluster reads the whole vector); padding batches are zero.
+    for (int i = threadIdx.x; i < BATCH_TILE * DH; i += THREADS) {
+        const int b = i / DH, k = i - b * DH;
+        V[b * V_STRIDE + k] = b < valid_b ? states[((size_t)(b0 + b) * NH + head) * DH + k] : from_float<elem_t>(0.f);
+    }
+
+    const long long wx_stride_b = (long long)T * G * unit_stride * sizeof(elem_t);
+    const int wx_row_bytes = ROWS * (int)sizeof(elem_t);
+    const elem_t* wx_base = Wx + ((size_t)b0 * T * G) * unit_stride + (size_t)head * DH + o_block;
+    if (T > 0)
+        stage_rows(wx_stage, wx_base, G, wx_row_bytes, wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
+    cp_async_wait_all();
+    cluster_barrier();
+
+    const size_t h_stride_b = (size_t)T * unit_stride;
+    elem_t* h_base = h_out + (size_t)b0 * h_stride_b + (size_t)head * DH + o_block;
+    for (int t = 0; t < T; ++t) {
+        const int cur = t & 1;
+        const elem_t* Vc = V + cur * BATCH_TILE * V_STRIDE;
+        elem_t* Vn = V + (cur ^ 1) * BATCH_TILE * V_STRIDE;
+        const elem_t* wx = wx_stage + cur * BATCH_TILE * G * ROWS;
+        if (t + 1 < T)
+            stage_rows(wx_stage + (cur ^ 1) * BATCH_TILE * G * ROWS, wx_base + (size_t)(t + 1) * G * unit_stride, G,
+                       wx_row_bytes, wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
+        if (t > 0) store_rows(h_base + (size_t)(t - 1) * unit_stride, Vc + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
+
+        float acc[M_TILES][N_TILES][4];
+        A.multiply(acc, Vc, k_first);
+        reduce_k_split(acc, red, wm, wk);
+
+        if (wk == 0) {
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = (lane >> 2) + 8 * (e >> 1), o = o_warp + row;
+                    const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                    float x[G], s[S], y[S], a[G];
+#pragma unroll
+                    for (int j = 0; j < G; ++j)
+                        x[j] = acc[j][n][e] + bias_r[j][e >> 1] + to_float(wx[(col * G + j) * ROWS + wm * 16 + row]);
+                    s[0] = to_float(Vc[col * V_STRIDE + o]);
+#pragma unroll
+                    for (int k = 1; k < S; ++k) s[k] = st[k - 1][n][e];
+                    cell_forward(x, s, y, a);
+#pragma unroll
+                    for (int k = 1; k < S; ++k) st[k - 1][n][e] = y[k];
+                    Vn[col * V_STRIDE + o] = from_float<elem_t>(y[0]);
+                    if (gates_save != nullptr && col < valid_b) {
+                        const size_t bt = (size_t)(b0 + col) * T + t;
+#pragma unroll
+                        for (int j = 0; j < G; ++j)
+                            gates_save[(bt * G + j) * unit_stride + (size_t)head * DH + o] = a[j];
+#pragma unroll
+                        for (int k = 1; k < S; ++k)
+                            states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1) + t + 1) * unit_stride +
+                                        (size_t)head * DH + o] = y[k];
+                    }
+                }
+        }
+        cp_async_wait_all();
+#if CLUSTER_BLOCKS > 1
+        __syncthreads();
+        broadcast_slice(Vn, 1, 0, o_block, ROWS);
+#endif
+        cluster_barrier();
+    }
+
+    // h_{T-1} and the last states.
+    const elem_t* Vl = V + (T & 1) * BATCH_TILE * V_STRIDE;
+    if (T > 0) store_rows(h_base + (size_t)(T - 1) * unit_stride, Vl + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
+    store_rows(last_states + (size_t)b0 * unit_stride + (size_t)head * DH + o_block, Vl + o_block, 1, 0, ROWS,
+               unit_stride, 0, valid_b);
+    if (wk == 0) {
+#pragma unroll
+        for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+#pragma unroll
+                for (int k = 1; k < S; ++k)
+                    if (col < valid_b)
+                        last_states[((size_t)(k * B + b0 + col) * NH + head) * DH + o] = from_float<elem_t>(st[k - 1][n][e]);
+            }
+    }
+}

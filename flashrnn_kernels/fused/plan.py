@@ -1,0 +1,217 @@
+"""plan(): solve the tiling of a fused recurrent launch on a GPU model -> frozen KernelPlan (cached).
+
+The plan is the whole compile-time half of a launch: codegen renders its kernel fields as #defines, and every
+launch dimension is derived from it here (batch size and sequence length are runtime arguments).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hwmodels
+from constrint import Infeasible
+
+from . import tiling
+from .problem import FusedProblem, dtype_name
+
+VERSION = "fused-1"
+"""Bumped whenever the model, the cost or the kernels' layout change: old disk-cached plans are then ignored."""
+
+_memory: dict[str, KernelPlan] = {}
+
+
+class PlanError(ValueError):
+    """No tiling of the problem fits the GPU; the message quotes the violated limits and what would fit."""
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Tile sizes and launch shape of one fused kernel. Fields marked (kernel) become #defines."""
+
+    cell: str
+    direction: str
+    dtype: str  # (kernel) "bf16" | "fp16" | "fp32"
+    gpu: str  # hwmodels GPUModel name the plan was solved for
+    arch: str
+    num_heads: int  # (kernel)
+    head_dim: int  # (kernel)
+    gates: int  # (kernel)
+    states: int  # (kernel)
+    batch_tile: int  # (kernel) batch columns per block, multiple of 8
+    cluster_blocks: int  # (kernel) blocks sharing one head (a thread-block cluster when > 1)
+    warps_m: int  # (kernel) 16-row groups per block
+    warps_k: int  # (kernel) warps splitting K
+    k_tile: int  # (kernel) 16 (bf16/fp16 m16n8k16) or 8 (fp32 via tf32 m16n8k8)
+    m_tiles: int  # (kernel) m16 tiles per warp
+    reg_k_tiles: int  # (kernel) k-tiles of A fragments in registers per warp
+    blocks_per_sm: int  # (kernel) co-resident blocks assumed by the register cap
+    register_budget: int  # registers per thread the launch bounds allow
+    predicted_registers: int
+    fast_activations: bool  # (kernel) hardware tanh for bf16/fp16 storage
+    objective: int  # predicted cycles per recurrent step of the whole grid
+    version: str = VERSION
+
+    @property
+    def problem(self) -> FusedProblem:
+        return FusedProblem(self.cell, self.batch_tile, self.num_heads, self.head_dim, self.dtype, self.direction)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_k
+
+    @property
+    def rows_per_block(self) -> int:
+        return 16 * self.warps_m
+
+    @property
+    def k_dim(self) -> int:
+        return tiling.k_dim(self.problem)
+
+    @property
+    def k_tiles_per_warp(self) -> int:
+        return self.k_dim // self.k_tile // self.warps_k
+
+    @property
+    def smem_k_tiles(self) -> int:
+        return self.k_tiles_per_warp - self.reg_k_tiles
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory per block."""
+        return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles)
+
+    @property
+    def kernel_name(self) -> str:
+        return f"flashrnn_fused_{self.direction}"
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.threads, 1, 1)
+
+    def batch_tiles(self, batch: int) -> int:
+        return -(-batch // self.batch_tile)
+
+    def grid(self, batch: int) -> tuple[int, int, int]:
+        """Blocks for a batch of `batch` sequences: x = head x cluster rank, y = batch tile."""
+        return (self.num_heads * self.cluster_blocks, self.batch_tiles(batch), 1)
+
+    @property
+    def nonportable_cluster(self) -> bool:
+        return self.cluster_blocks > hwmodels.load(self.gpu).cluster_max_portable
+
+
+def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: Any = None,
+         direction: str = "forward") -> KernelPlan:
+    """The cheapest feasible tiling of the fused kernel for this problem on `gpu` (a GPUModel, a name, or None
+    for the current device). Raises PlanError naming the limits that no tiling meets."""
+    model = _gpu_model(gpu)
+    problem = FusedProblem(cell, batch, num_heads, head_dim, dtype_name(dtype), direction)
+    key = _key(problem, model)
+    found = _memory.get(key)
+    if found is None:
+        found = _load(key)
+        if found is None:
+            found = _solve(problem, model)
+            _store(key, found)
+        _memory[key] = found
+    return found
+
+
+def _gpu_model(gpu: Any) -> Any:
+    if gpu is None:
+        try:
+            return hwmodels.detect()
+        except Exception as exc:  # no driver, no device, or an unknown device
+            raise PlanError(f"cannot detect the current GPU ({exc}); pass gpu= a hwmodels name such as "
+                            f"'H100-SXM5-80GB' (known: {', '.join(hwmodels.available())})") from exc
+    if isinstance(gpu, str):
+        return hwmodels.load(gpu)
+    return gpu
+
+
+def _key(problem: FusedProblem, gpu: Any) -> str:
+    text = json.dumps([VERSION, dataclasses.astuple(problem), gpu.name, repr(gpu)], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
+    mma = "tf32" if problem.dtype == "fp32" else {"bf16": "bf16", "fp16": "f16"}[problem.dtype]
+    shape = (16, 8, tiling.k_tile(problem))
+    if gpu.compute_capability < (8, 0) or shape not in gpu.mma_shapes.get(mma, ()):
+        raise PlanError(f"the fused kernel needs sm_80 or newer (cp.async and mma.sync {mma} m16n8k{shape[2]}); "
+                        f"{gpu.name} is {gpu.arch}; use backend='reference' there")
+
+
+def _solve(problem: FusedProblem, gpu: Any) -> KernelPlan:
+    _check_architecture(problem, gpu)
+    model, objective = tiling.build(problem, gpu)
+    try:
+        sol = model.minimize(objective)
+    except Infeasible as exc:
+        raise PlanError(_explain(problem, gpu, exc)) from exc
+    return KernelPlan(
+        cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
+        num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
+        batch_tile=8 * sol["n_tiles"], cluster_blocks=sol["cluster_blocks"], warps_m=sol["warps_m"],
+        warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem),
+        reg_k_tiles=sol["reg_k_tiles"], blocks_per_sm=sol["blocks_per_sm"],
+        register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
+        predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"]),
+        fast_activations=problem.dtype != "fp32", objective=int(sol.objective),
+    )
+
+
+def _register_budget(gpu: Any, threads: int, blocks_per_sm: int) -> int:
+    """The per-thread register cap that lets `blocks_per_sm` blocks of `threads` threads share an SM."""
+    parts = gpu.register_file_partitions
+    warps = -(-threads // gpu.warp_size)
+    warps = -(-warps // parts) * parts
+    per_warp = gpu.regs_per_sm // (warps * blocks_per_sm)
+    return min(gpu.max_regs_per_thread, per_warp // gpu.warp_size // 8 * 8)
+
+
+def _explain(problem: FusedProblem, gpu: Any, exc: Infeasible) -> str:
+    reasons = "; ".join(str(c) for c in exc.core)
+    on_chip = gpu.cluster_max_nonportable * (gpu.regs_per_sm * 4 // 2 + gpu.smem_per_block_optin)
+    need = problem.recurrent_bytes
+    hint = (f"one head's R takes {need // 1024} KiB in {problem.dtype}, about {on_chip // 1024} KiB fit on "
+            f"{gpu.cluster_max_nonportable} SMs of {gpu.name} (registers and shared memory of a "
+            f"{gpu.cluster_max_nonportable}-block cluster)")
+    if need > on_chip:
+        advice = "use bf16/fp16, or more heads of a smaller head_dim (num_heads x head_dim stays the same)"
+    else:
+        advice = "use a smaller head_dim or batch, or a GPU with thread-block clusters (sm_90)"
+    return (f"no fused-kernel tiling of {problem} fits {gpu.name}: {reasons}. {hint}; {advice}")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("FLASHRNN_CACHE_DIR", Path.home() / ".cache" / "flashrnn_kernels")) / "plans"
+
+
+def _load(key: str) -> KernelPlan | None:
+    path = _cache_dir() / f"{key}.json"
+    try:
+        data = json.loads(path.read_text())
+        found = KernelPlan(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return found if found.version == VERSION else None
+
+
+def _store(key: str, found: KernelPlan) -> None:
+    from filelock import FileLock
+
+    directory = _cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(directory / f"{key}.lock")):
+            tmp = directory / f"{key}.json.tmp"
+            tmp.write_text(json.dumps(dataclasses.asdict(found), indent=1))
+            tmp.replace(directory / f"{key}.json")
+    except OSError:
+        return  # a read-only home: the in-memory cache still serves this process

@@ -1,0 +1,150 @@
+"""The constraint model of a fused launch: tile sizes, on-chip footprints, GPU limits and per-step cost.
+
+Footprint functions take plain ints or constrint expressions alike, so the solver's constraints and the
+KernelPlan's derived sizes come from the same formulas (the kernels re-check them with static_assert).
+
+Decision variables (per block of the cluster that owns one head and one batch tile):
+  cluster_blocks  blocks sharing a head (a thread-block cluster when > 1; power of two)
+  warps_m         16-row groups of the block's rows (forward: hidden units with all gates; backward: rows of R^T)
+  warps_k         warps splitting the reduction dimension K (partial sums reduced through shared memory)
+  n_tiles         batch tile / 8 (mma n dimension)
+  reg_k_tiles     k-tiles of each warp's A fragments kept in registers; the rest live in shared memory
+  blocks_per_sm   co-resident blocks per SM assumed by the register cap (__launch_bounds__)
+
+Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
+the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
+k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; cluster barrier ~0.19 us
+plus the distributed shared-memory exchange ~0.3 us, as measured on an H200), and the step's HBM traffic.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from constrint import Model
+
+from .problem import FusedProblem
+
+BASE_REGISTERS = {"forward": 64, "backward": 72}  # addresses, loop state, pointwise temporaries (ptxas -v)
+MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
+MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
+SMEM_BYTES_PER_CYCLE = 128
+BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
+CLUSTER_EXCHANGE = 980  # cycles: cluster barrier (0.19 us) + DSMEM exchange (~0.3 us)
+POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
+POINTWISE_FIXED = 24
+
+
+def fragment_registers(p: FusedProblem) -> int:
+    """Registers per lane of one A fragment (m16 x k-tile): 4 bf16/fp16 pairs, or tf32 hi and lo of 4 values."""
+    return 8 if p.dtype == "fp32" else 4
+
+
+def fragment_bytes(p: FusedProblem) -> int:
+    return 32 * 4 * fragment_registers(p)
+
+
+def m_tiles(p: FusedProblem) -> int:
+    """m16 tiles per warp: all gates of 16 units forward, one 16-row tile of R^T backward."""
+    return p.gates if p.direction == "forward" else 1
+
+
+def k_tile(p: FusedProblem) -> int:
+    return 8 if p.dtype == "fp32" else 16
+
+
+def k_dim(p: FusedProblem) -> int:
+    return p.head_dim if p.direction == "forward" else p.gates * p.head_dim
+
+
+def v_stride(p: FusedProblem) -> int:
+    """Elements per batch row of the step's vector buffer (16 bytes of padding against bank conflicts)."""
+    return k_dim(p) + 16 // p.elem_bytes
+
+
+def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any) -> Any:
+    """Dynamic shared memory of one block (the layout of forward.cu / backward.cu, in that order)."""
+    batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
+    mt = m_tiles(p)
+    size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
+    size = size + 2 * batch_tile * v_stride(p) * e  # vector double buffer
+    if p.direction == "forward":
+        size = size + 2 * batch_tile * p.gates * rows * e  # Wx staging
+    else:
+        size = size + 2 * batch_tile * (p.gates + 2 * (p.states - 1)) * rows * 4  # a_g, s_k, y_k staging (fp32)
+        size = size + 2 * batch_tile * 3 * rows * e  # s_h, y_h, dh staging
+    return size + (warps_k - 1) * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
+
+
+def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
+    """Registers per thread: A fragments, accumulators, per-element state, fixed part."""
+    mt = m_tiles(p)
+    regs = fragment_registers(p) * mt * reg_k_tiles + 4 * mt * n_tiles + BASE_REGISTERS[p.direction]
+    if p.direction == "forward":
+        regs = regs + 4 * (p.states - 1) * n_tiles + 2 * p.gates
+    else:
+        regs = regs + 4 * p.states * n_tiles
+    if p.dtype == "fp32":
+        regs = regs + 8 * mt + 8  # fragments streamed from shared memory and the split V values
+    return regs
+
+
+def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
+    """The constraint model of `p` on `gpu` and its objective (per-step cycles of the whole grid)."""
+    m = Model()
+    mt, kt_total = m_tiles(p), k_dim(p) // k_tile(p)
+    max_warps = gpu.max_threads_per_block // gpu.warp_size
+    cluster_limit = gpu.cluster_max_nonportable
+    cb = m.int_var(values=[c for c in (1, 2, 4, 8, 16) if c <= cluster_limit], name="cluster_blocks")
+    wm = m.int_var(1, max_warps, "warps_m")
+    wk = m.int_var(values=[w for w in (1, 2, 4, 8, 16) if w <= max_warps], name="warps_k")
+    kt_w = m.int_var(1, kt_total, "k_tiles_per_warp")
+    nt = m.int_var(1, max(1, min(8, -(-p.batch // 8))), "n_tiles")
+    reg_kt = m.int_var(0, kt_total, "reg_k_tiles")
+    per_sm = m.int_var(1, min(4, gpu.max_blocks_per_sm), "blocks_per_sm")
+    budget = m.int_var(values=range(8, gpu.max_regs_per_thread + 1, 8), name="register_budget")
+    parts = gpu.register_file_partitions
+    warp_groups = m.int_var(1, -(-max_warps // parts), "warp_groups")  # warps rounded up to the partitions
+    tiles = m.int_var(1, -(-p.batch // 8), "batch_tiles")
+    waves = m.int_var(1, 1 << 20, "waves")
+
+    m.add(cb * wm * 16 == p.head_dim,
+          name=f"head_dim {p.head_dim} = cluster_blocks x warps_m x 16 rows (each block owns whole 16-row tiles)")
+    m.add(kt_w * wk == kt_total, name=f"the {kt_total} k-tiles of K={k_dim(p)} split evenly over warps_k warps")
+    m.add(reg_kt <= kt_w, name="register k-tiles <= k-tiles per warp")
+    warps = wm * wk
+    m.add(warps * gpu.warp_size <= gpu.max_threads_per_block,
+          name=f"threads per block <= {gpu.max_threads_per_block}")
+    m.add(warp_groups * parts >= warps, name="warps counted in whole register-file partitions")
+    regs = predicted_registers(p, nt, reg_kt)
+    m.add(regs <= budget, name="predicted registers per thread <= the register budget")
+    m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
+          name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt)
+    m.add(smem <= gpu.smem_per_block_optin,
+          name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
+    m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
+          name=f"shared memory of the co-resident blocks <= {gpu.smem_per_sm} bytes per SM")
+    m.add(per_sm * warps * gpu.warp_size <= gpu.max_threads_per_sm, name="threads per SM")
+    m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
+    m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
+    m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
+
+    clustered = m.int_var(0, 1, "clustered")
+    m.add(cb <= 1 + 15 * clustered, name="clustered when cluster_blocks > 1")
+    m.add(clustered <= cb - 1, name="not clustered when cluster_blocks == 1")
+    link = m.int_var(MMA_LATENCY, 1 << 16, "mma_link_cycles")
+    m.add(link >= warp_groups * mt * nt * MMA_ISSUE[p.dtype], name="mma issue per k-tile and sub-partition")
+    e = p.elem_bytes
+    step = (
+        kt_w * link
+        + warps * (kt_w - reg_kt) * mt * fragment_bytes(p) // SMEM_BYTES_PER_CYCLE
+        + warps * kt_w * nt * 256 // SMEM_BYTES_PER_CYCLE
+        + (wk - 1) * (BLOCK_BARRIER + mt * nt * 16)
+        + (wm + 3) // 4 * nt * 4 * (p.gates * POINTWISE_PER_GATE + POINTWISE_FIXED)
+        + BLOCK_BARRIER
+        + clustered * CLUSTER_EXCHANGE
+        + (cb - 1) * nt * wm * e
+    )
+    bytes_per_cycle = gpu.memory_bandwidth // (gpu.boost_clock_mhz * 1_000_000)
+    traffic = p.num_heads * tiles * 8 * nt * p.head_dim * (p.gates + 1) * e // bytes_per_cycle
+    return m, waves * step + traffic
