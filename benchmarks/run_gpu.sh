@@ -14,9 +14,12 @@
 #   STAGES           which stages, in order (default "info tests sanitize fused sweeps scan")
 #   FUSED_ARGS       extra arguments for bench_fused.py (e.g. "--quick", "--flashrnn-shapes none")
 #   SCAN_ARGS        extra arguments for bench_scan.py
+#   SANITIZE_TOOLS   compute-sanitizer tools (default "memcheck racecheck"; synccheck, initcheck also exist)
 #   *_TIMEOUT        seconds per stage: TESTS_TIMEOUT, SANITIZE_TIMEOUT (each tool), FUSED_TIMEOUT,
 #                    SWEEPS_TIMEOUT, SCAN_TIMEOUT; bench_fused stops starting jobs 90 s before its limit
 #   PYTHON           interpreter (default python3)
+# The default stages take well over ten minutes; for shorter runs split them, e.g. STAGES="info tests
+# sanitize", then STAGES="fused", then STAGES="sweeps scan" (each run packs all results present).
 # Wheels in .whl/ (flashrnn 1.0.8, accelerated-scan 0.3.1) are installed into /tmp/site, offline.
 set -uo pipefail
 
@@ -43,23 +46,18 @@ header() {
     echo "======================================================================"
 }
 
-# run_stage NAME LOGFILE SECONDS COMMAND...: run COMMAND under a time limit, appending to LOGFILE
-# ("-" for this log), then record its exit code.
+# run_stage NAME LOGFILE SECONDS COMMAND...: run COMMAND under a time limit, appending its output to
+# LOGFILE, show the log's tail here and record the exit code.
 run_stage() {
     local name=$1 log=$2 limit=$3
     shift 3
     header "stage $name: $* (limit ${limit} s)"
     local begin=$SECONDS rc
-    if [ "$log" = "-" ]; then
-        timeout --kill-after=15 "$limit" "$@"
-        rc=$?
-    else
-        echo "== stage $name: $* ($(date -u '+%H:%M:%S') UTC)" >>"$log"
-        timeout --kill-after=15 "$limit" "$@" >>"$log" 2>&1
-        rc=$?
-        echo "-- last lines of $(basename "$log"):"
-        tail -n "${TAIL_LINES:-60}" "$log"
-    fi
+    echo "== stage $name: $* ($(date -u '+%H:%M:%S') UTC)" >>"$log"
+    timeout --kill-after=15 "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    echo "-- last lines of $(basename "$log"):"
+    tail -n "${TAIL_LINES:-60}" "$log"
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         echo "!! stage $name hit its ${limit} s limit"
     fi
@@ -73,32 +71,32 @@ pack_results() {
 }
 
 main() {
-header "setup: wheels from .whl into /tmp/site"
-shopt -s nullglob
-WHEELS=(.whl/*.whl)
-shopt -u nullglob
-if [ "${#WHEELS[@]}" -gt 0 ]; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "${WHEELS[@]}"
-    rc=$?
-    echo "installed ${WHEELS[*]}: exit code $rc"
-    SUMMARY+=("wheels=$rc")
-else
-    echo "no wheels in .whl/: the flashrnn anchor and accelerated-scan will be reported as unavailable"
-    SUMMARY+=("wheels=none")
-fi
-ARCH=$("$PYTHON" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())' 2>/dev/null) \
-    && export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$ARCH}
-echo "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-unset} PYTHONPATH=$PYTHONPATH"
+    header "setup: wheels from .whl into /tmp/site"
+    shopt -s nullglob
+    WHEELS=(.whl/*.whl)
+    shopt -u nullglob
+    if [ "${#WHEELS[@]}" -gt 0 ]; then
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            "${WHEELS[@]}"
+        rc=$?
+        echo "installed ${WHEELS[*]}: exit code $rc"
+        SUMMARY+=("wheels=$rc")
+    else
+        echo "no wheels in .whl/: the flashrnn anchor and accelerated-scan will be reported as unavailable"
+        SUMMARY+=("wheels=none")
+    fi
+    ARCH=$("$PYTHON" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())' 2>/dev/null) \
+        && export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$ARCH}
+    echo "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-unset} PYTHONPATH=$PYTHONPATH"
 
-SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -n 1)
+    SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -n 1)
 
-for stage in $STAGES; do
-    case "$stage" in
-    info)
-        header "info"
-        nvidia-smi || echo "nvidia-smi failed: $?"
-        "$PYTHON" - <<'EOF' || echo "version query failed: $?"
+    for stage in $STAGES; do
+        case "$stage" in
+        info)
+            header "info"
+            nvidia-smi || echo "nvidia-smi failed: $?"
+            "$PYTHON" - <<'EOF' || echo "version query failed: $?"
 import importlib, torch
 print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuda available", torch.cuda.is_available())
 if torch.cuda.is_available():
@@ -110,64 +108,64 @@ for name in ("cupy", "flashrnn", "accelerated_scan", "flashrnn_kernels", "constr
     except Exception as exc:
         print(f"{name}: import failed: {type(exc).__name__}: {exc}")
 EOF
-        nvcc --version | tail -n 2 || echo "nvcc not found"
-        echo "compute-sanitizer: ${SANITIZER:-not found}"
-        SUMMARY+=("info=done")
-        ;;
-    tests)
-        run_stage tests "$OUT/gpu_tests.log" "${TESTS_TIMEOUT:-420}" \
-            "$PYTHON" -m pytest -q -m gpu tests -rs -p no:cacheprovider
-        ;;
-    sanitize)
-        if [ -z "$SANITIZER" ]; then
-            header "stage sanitize: compute-sanitizer not found"
-            SUMMARY+=("sanitize=missing")
-            continue
-        fi
-        for tool in memcheck racecheck; do
-            # No caching allocator, so out-of-bounds accesses are not hidden inside torch's pooled blocks.
-            run_stage "sanitize_$tool" "$OUT/sanitize.log" "${SANITIZE_TIMEOUT:-240}" \
-                env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SANITIZER" --tool "$tool" --error-exitcode 9 \
-                "$PYTHON" benchmarks/sanitize_case.py
-        done
-        ;;
-    fused)
-        limit=${FUSED_TIMEOUT:-540}
-        # shellcheck disable=SC2086
-        run_stage fused "$OUT/bench_fused.log" "$limit" \
-            "$PYTHON" benchmarks/bench_fused.py --sections shapes --budget-s $((limit - 90)) ${FUSED_ARGS:-}
-        pack_results
-        ;;
-    sweeps)
-        limit=${SWEEPS_TIMEOUT:-540}
-        # shellcheck disable=SC2086
-        run_stage sweeps "$OUT/bench_sweeps.log" "$limit" \
-            "$PYTHON" benchmarks/bench_fused.py --sections batch,length --budget-s $((limit - 90)) ${FUSED_ARGS:-}
-        pack_results
-        ;;
-    scan)
-        if [ -f benchmarks/bench_scan.py ]; then
+            nvcc --version | tail -n 2 || echo "nvcc not found"
+            echo "compute-sanitizer: ${SANITIZER:-not found}"
+            SUMMARY+=("info=done")
+            ;;
+        tests)
+            run_stage tests "$OUT/gpu_tests.log" "${TESTS_TIMEOUT:-420}" \
+                "$PYTHON" -m pytest -q -m gpu tests -rs -p no:cacheprovider
+            ;;
+        sanitize)
+            if [ -z "$SANITIZER" ]; then
+                header "stage sanitize: compute-sanitizer not found"
+                SUMMARY+=("sanitize=missing")
+                continue
+            fi
+            for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+                # No caching allocator, so out-of-bounds accesses are not hidden inside torch's pooled blocks.
+                run_stage "sanitize_$tool" "$OUT/sanitize.log" "${SANITIZE_TIMEOUT:-240}" \
+                    env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SANITIZER" --tool "$tool" --error-exitcode 9 \
+                    "$PYTHON" benchmarks/sanitize_case.py
+            done
+            ;;
+        fused)
+            limit=${FUSED_TIMEOUT:-540}
             # shellcheck disable=SC2086
-            run_stage scan "$OUT/bench_scan.log" "${SCAN_TIMEOUT:-420}" \
-                "$PYTHON" benchmarks/bench_scan.py ${SCAN_ARGS:-}
+            run_stage fused "$OUT/bench_fused.log" "$limit" \
+                "$PYTHON" benchmarks/bench_fused.py --sections shapes --budget-s $((limit - 90)) ${FUSED_ARGS:-}
             pack_results
-        else
-            header "stage scan: benchmarks/bench_scan.py does not exist"
-            SUMMARY+=("scan=absent")
-        fi
-        ;;
-    *)
-        header "unknown stage '$stage' (known: info tests sanitize fused sweeps scan)"
-        SUMMARY+=("$stage=unknown")
-        ;;
-    esac
-done
+            ;;
+        sweeps)
+            limit=${SWEEPS_TIMEOUT:-540}
+            # shellcheck disable=SC2086
+            run_stage sweeps "$OUT/bench_sweeps.log" "$limit" \
+                "$PYTHON" benchmarks/bench_fused.py --sections batch,length --budget-s $((limit - 90)) ${FUSED_ARGS:-}
+            pack_results
+            ;;
+        scan)
+            if [ -f benchmarks/bench_scan.py ]; then
+                # shellcheck disable=SC2086
+                run_stage scan "$OUT/bench_scan.log" "${SCAN_TIMEOUT:-420}" \
+                    "$PYTHON" benchmarks/bench_scan.py ${SCAN_ARGS:-}
+                pack_results
+            else
+                header "stage scan: benchmarks/bench_scan.py does not exist"
+                SUMMARY+=("scan=absent")
+            fi
+            ;;
+        *)
+            header "unknown stage '$stage' (known: info tests sanitize fused sweeps scan)"
+            SUMMARY+=("$stage=unknown")
+            ;;
+        esac
+    done
 
-header "summary"
-for entry in "${SUMMARY[@]}"; do
-    echo "  $entry"
-done
-ls -la "$OUT"
+    header "summary"
+    for entry in "${SUMMARY[@]}"; do
+        echo "  $entry"
+    done
+    ls -la "$OUT"
 }
 
 main 2>&1 | tee -a "$LOG"
