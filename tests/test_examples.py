@@ -32,3 +32,12 @@ def test_quickstart_agrees_with_torch():
     assert results["backend"] == "reference" and results["heads_h_shape"] == "(2, 8, 2, 4)"
     for key in ("output_error", "h_n_error", "c_n_error", "grad_x_error", "grad_R_error"):
         assert results[key] < 1e-5, (key, results[key])
+
+
+@pytest.mark.gpu
+def test_quickstart_runs_the_fused_kernel_on_cuda():
+    module = _load(EXAMPLES[[p.stem for p in EXAMPLES].index("quickstart")])
+    results = module.main(batch=2, steps=16, input_size=8, hidden_size=64, num_heads=4, device="cuda")
+    assert results["backend"] == "fused" and results["heads_h_shape"] == "(2, 16, 4, 16)"
+    for key in ("output_error", "h_n_error", "c_n_error", "grad_x_error", "grad_R_error"):
+        assert results[key] < 1e-4, (key, results[key])
