@@ -44,6 +44,7 @@ derivative of a maximum) serve stabilised cells such as sLSTM."""
 
 _BINARY_OPS: Mapping[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _UNARY_OPS: Mapping[type, str] = {ast.USub: "-", ast.UAdd: "+"}
+_PREFIXES = frozenset({"x", "s", "y", "a", "dy", "dx", "ds"})
 _C_FUNCTIONS = frozenset(c_name for _, c_name, _ in FUNCTIONS.values())
 _C_RESERVED = frozenset(
     "auto break case char const continue default do double else enum extern float for goto if inline int long "
@@ -61,6 +62,11 @@ def _check_identifier(name: str, where: str) -> None:
         raise CellSpecError(f"{where}: {name!r} is not a plain identifier (letters, digits, underscore)")
     if name in _C_RESERVED or name in FUNCTIONS or name in _C_FUNCTIONS or name.startswith("__"):
         raise CellSpecError(f"{where}: {name!r} is reserved (a C keyword, a function name, or starts with '__')")
+    if name in _PREFIXES or name.isupper():
+        raise CellSpecError(
+            f"{where}: {name!r} is reserved: bare prefixes {sorted(_PREFIXES)} name the kernel's per-gate and "
+            "per-state arrays, upper-case names its compile-time constants"
+        )
 
 
 def _parse(expr: str, where: str) -> ast.expr:
