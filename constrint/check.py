@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .errors import SolverBug
 from .constraints import COMPARE, AllDifferent, AnyOf, Compare, Constraint, Divides
 from .expr import BINARY, IntVar, Neg, Operand, binary_interval, pow_interval
 
@@ -36,14 +37,27 @@ def _body(c: Constraint, helpers: list) -> str:
     if isinstance(c, AllDifferent):
         return f"(len({{{', '.join(_source(x) for x in c.items)}}}) == {len(c.items)})"
     if isinstance(c, AnyOf):  # each disjunct separately: an undefined one is false, not the whole
-        helpers.extend(predicate(d) for d in c.items)
+        checks = predicates(c.items)
+        helpers.extend(checks[id(d)] for d in c.items)
         return "(" + " or ".join(f"_h{len(helpers) - len(c.items) + k}(v)" for k in range(len(c.items))) + ")"
     raise TypeError(f"no source form for {c!r}")
 
 
-def predicate(c: Constraint) -> Predicate:
-    """A function values -> bool equal to c.holds on the model's variable order."""
-    return conjunction([c], [])
+def predicates(constraints: Sequence[Constraint]) -> dict[int, Predicate]:
+    """id(constraint) -> its check, all compiled at once; each check's __doc__ is the constraint's text."""
+    helpers: list = []
+    lines = []
+    for k, c in enumerate(constraints):
+        lines.append(f"def c{k}(v):\n    try:\n        return {_body(c, helpers)}\n"
+                     "    except ZeroDivisionError:\n        return False\n")
+    scope: dict = {f"_h{k}": h for k, h in enumerate(helpers)}
+    exec(compile("".join(lines), "<constrint checks>", "exec"), scope)
+    out = {}
+    for k, c in enumerate(constraints):
+        f = scope[f"c{k}"]
+        f.__doc__ = c.text()
+        out[id(c)] = f
+    return out
 
 
 def conjunction(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]]) -> Predicate:
@@ -161,3 +175,15 @@ def _nonzero(d, bad: list):
     return np.where(zero, 1, d)
 
 
+
+
+def verifier(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]]):
+    """A function that raises SolverBug unless a candidate (values in variable order) passes `conjunction`."""
+    check = conjunction(constraints, domains)
+
+    def verify(values: Sequence[int]) -> None:
+        if not check(values):
+            raise SolverBug(f"candidate {tuple(values)} violates one of {[c.text() for c in constraints]} "
+                            "or a variable domain")
+
+    return verify

@@ -9,15 +9,18 @@ C = TypeVar("C")
 def minimal_core(constraints: Sequence[C], feasible: Callable[[list[C]], bool]) -> list[C]:
     """A subset of the infeasible `constraints` with no solution from which no constraint can be dropped.
 
-    Each constraint in turn is left out; when the rest is still infeasible it stays out. Whatever remains is
-    needed: dropping any one of them (from the final set, a subset of each tested set) makes it feasible.
+    A deletion filter over chunks: a run of constraints is left out when the rest stays infeasible; when the
+    rest becomes feasible the run is halved, down to single constraints, which are kept if needed. Each kept
+    constraint was needed by a superset of the final core, so it is needed by the core: the core is minimal.
     """
     core = list(constraints)
-    i = 0
+    i, k = 0, max(1, len(core) // 2)
     while i < len(core):
-        trial = core[:i] + core[i + 1 :]
-        if feasible(trial):
-            i += 1
-        else:
+        trial = core[:i] + core[i + k :]
+        if not feasible(trial):
             core = trial
+        elif k > 1:
+            k //= 2
+        else:
+            i += 1
     return core

@@ -93,7 +93,8 @@ class Flattener:
         if isinstance(e, int):
             return {}, e
         if isinstance(e, IntVar):
-            return {e.index: 1}, 0
+            d = e.domain
+            return ({}, d.lo) if d.lo == d.hi else ({e.index: 1}, 0)
         if isinstance(e, Neg):
             t, c = self.linear(e.a)
             return {x: -k for x, k in t.items()}, -c

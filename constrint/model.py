@@ -7,8 +7,9 @@ from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
-from .errors import ConstrintError, Infeasible, SolverBug
-from .check import conjunction
+from .errors import ConstrintError, Infeasible
+from .check import verifier
+from .components import count_parts, solve_parts
 from .explain import minimal_core
 from .expr import Expr, IntVar, Operand, evaluate, operand
 from .flatten import Flattener
@@ -132,9 +133,8 @@ class Model:
         flat = self._flatten(self._constraints)
         index = {name: i for i, name in enumerate(self._vars)}
         found = 0
-        search = Search(flat.store, flat.props, flat.n_user, order, time_limit=time_limit,
-                        **self._checks(), block_rows=BLOCK_ROWS if limit is None else 0)
-        for values in search.run():
+        for values in solve_parts(flat.store, flat.props, flat.n_user, self._constraints, self._domains(),
+                                  order, time_limit, BLOCK_ROWS if limit is None else 0):
             yield Solution(index, values)
             found += 1
             if found == limit:
@@ -143,9 +143,8 @@ class Model:
     def count(self, time_limit: float | None = None) -> int:
         """The number of solutions."""
         flat = self._flatten(self._constraints)
-        search = Search(flat.store, flat.props, flat.n_user, [], time_limit=time_limit,
-                        **self._checks(), block_rows=BLOCK_ROWS)
-        return search.count()
+        return count_parts(flat.store, flat.props, flat.n_user, self._constraints, self._domains(),
+                           time_limit, BLOCK_ROWS)
 
     def minimize(self, expr: Operand, time_limit: float | None = None) -> Solution:
         """A solution with the least value of `expr` (proven); `.objective` holds that value."""
@@ -163,8 +162,10 @@ class Model:
         flat = self._flatten(self._constraints)
         obj = flat.var_of(expr)
         best = None
+        domains = self._domains()
         search = Search(flat.store, flat.props, flat.n_user, [], objective=(obj, sense, expr),
-                        time_limit=time_limit, **self._checks(), block_rows=BLOCK_ROWS)
+                        time_limit=time_limit, constraints=self._constraints, block_rows=BLOCK_ROWS,
+                        verify=verifier(self._constraints, domains), domains=domains)
         for values in search.run():
             best = values
         if best is None:
@@ -181,8 +182,8 @@ class Model:
 
     def _feasible(self, constraints: list[Constraint], time_limit: float | None) -> bool:
         flat = self._flatten(constraints)
-        search = Search(flat.store, flat.props, flat.n_user, [], time_limit=time_limit)
-        return next(iter(search.run()), None) is not None
+        found = solve_parts(flat.store, flat.props, flat.n_user, constraints, self._domains(), [], time_limit, 0)
+        return next(found, None) is not None
 
     def _infeasible(self, time_limit: float | None) -> Infeasible:
         deadline = None if time_limit is None else time.perf_counter() + time_limit
@@ -193,18 +194,9 @@ class Model:
 
         return Infeasible(minimal_core(self._constraints, feasible))
 
-    def _checks(self) -> dict:
-        """Search arguments that check answers: the original constraints, declared domains, and `verify`."""
-        domains = [(v.domain.lo, v.domain.hi, None if v.domain.values is None else frozenset(v.domain.values))
-                   for v in self._vars.values()]
-        check = conjunction(self._constraints, domains)
-
-        def verify(values: tuple[int, ...]) -> None:
-            if not check(values):
-                bad = [c.text() for c in self._constraints if not c.holds(dict(zip(self._vars, values)))]
-                raise SolverBug(f"candidate {dict(zip(self._vars, values))} violates {bad or 'its domains'}")
-
-        return {"constraints": self._constraints, "domains": domains, "verify": verify}
+    def _domains(self) -> list[tuple[int, int, frozenset | None]]:
+        return [(v.domain.lo, v.domain.hi, None if v.domain.values is None else frozenset(v.domain.values))
+                for v in self._vars.values()]
 
     def _prefer(self, prefer: Prefer | None) -> list[tuple[int, str]]:
         if prefer is None:

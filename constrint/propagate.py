@@ -145,21 +145,41 @@ class Times:
         lo, hi = s.lo, s.hi
         x, y, z = self.x, self.y, self.z
         xl, xh, yl, yh = lo[x], hi[x], lo[y], hi[y]
-        c = (xl * yl, xl * yh, xh * yl, xh * yh)
-        s.set_lo(z, min(c))
-        s.set_hi(z, max(c))
+        if xl > 0 and yl > 0:  # the common case of positive sizes
+            if xl * yl > lo[z]:
+                s.set_lo(z, xl * yl)
+            if xh * yh < hi[z]:
+                s.set_hi(z, xh * yh)
+            zl, zh = lo[z], hi[z]
+            if -(-zl // yh) > xl:
+                s.set_lo(x, -(-zl // yh))
+            if zh // yl < xh:
+                s.set_hi(x, zh // yl)
+            xl, xh = lo[x], hi[x]
+            if -(-zl // xh) > yl:
+                s.set_lo(y, -(-zl // xh))
+            if zh // xl < yh:
+                s.set_hi(y, zh // xl)
+            if xl != xh and yl != hi[y] and zl != zh:
+                return
+        else:
+            c = (xl * yl, xl * yh, xh * yl, xh * yh)
+            s.set_lo(z, min(c))
+            s.set_hi(z, max(c))
+            for u, v in ((x, y), (y, x)):
+                vl, vh = lo[v], hi[v]
+                if vl > 0 or vh < 0:
+                    ql, qh = _quotient_bounds(lo[z], hi[z], vl, vh)
+                    s.set_lo(u, ql)
+                    s.set_hi(u, qh)
         for u, v in ((x, y), (y, x)):
-            vl, vh = lo[v], hi[v]
-            if vl > 0 or vh < 0:
-                ql, qh = _quotient_bounds(lo[z], hi[z], vl, vh)
-                s.set_lo(u, ql)
-                s.set_hi(u, qh)
-            if vl == vh:
+            vl = lo[v]
+            if vl == hi[v]:
                 if vl == 0:
                     s.fix(z, 0)
                 else:  # z = v * u: z = v * r_u (mod |v| * m_u); v * u = r_z (mod m_z)
                     s.congruence(z, vl * s.rs[u], abs(vl) * s.md[u])
-                    if s.md[z] > 1:
+                    if s.md[z] > 1 and lo[u] != hi[u]:
                         sol = solve_congruence(vl, s.rs[z], s.md[z])
                         if sol is None:
                             raise Conflict

@@ -35,17 +35,21 @@ class Search:
                  objective: tuple[int, str, Operand] | None = None, time_limit: float | None = None,
                  constraints: Sequence[Constraint] = (), block_rows: int = 0,
                  verify: Callable[[tuple[int, ...]], None] | None = None,
-                 domains: Sequence[tuple[int, int, frozenset | None]] = ()) -> None:
+                 domains: Sequence[tuple[int, int, frozenset | None]] = (),
+                 component: Sequence[int] | None = None) -> None:
         self.store, self.props, self.n_user = store, props, n_user
-        self.prefer = prefer
+        branch = range(n_user) if component is None else component  # the variables this search decides
+        inside = set(branch)
+        self.prefer = [(i, d) for i, d in prefer if i in inside]
         chosen = {i for i, _ in prefer}
-        self.others = [i for i in range(n_user) if i not in chosen]
+        self.others = [i for i in branch if i not in chosen]
         self.objective = objective
         self.bound: int | None = None
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
         self.nodes = 0
         self.block_rows = block_rows
-        self.constraints = constraints
+        self.constraints = constraints if component is None else [
+            c for c in constraints if any(v.index in inside for v in c.variables().values())]
         self.verify = verify
         self.domains = domains
 
@@ -82,24 +86,25 @@ class Search:
                         break
         return best, MIN
 
-    def run(self) -> Iterator[tuple[int, ...]]:
-        """Yield each solution (values of the user variables, in order); with an objective, each improves."""
-        for found in self._walk():
+    def run(self, root: bool = True) -> Iterator[tuple[int, ...]]:
+        """Yield each solution (values of the user variables, in order); with an objective, each improves.
+
+        With root=False the store is taken to be at a fixpoint already.
+        """
+        for found in self._walk(root):
             if isinstance(found, tuple):
                 yield found
             else:
                 yield from map(tuple, found.tolist())
 
-    def count(self) -> int:
+    def count(self, root: bool = True) -> int:
         """The number of solutions (without building them)."""
-        return sum(1 if isinstance(found, tuple) else len(found) for found in self._walk())
+        return sum(1 if isinstance(found, tuple) else len(found) for found in self._walk(root))
 
-    def _walk(self) -> Iterator["tuple[int, ...] | np.ndarray"]:
+    def _walk(self, root: bool) -> Iterator["tuple[int, ...] | np.ndarray"]:
         """Single solutions as tuples and blocks of solutions as int64 arrays (one row each)."""
         s = self.store
-        s.queue[:] = range(len(self.props))
-        s.queued[:] = [True] * len(self.props)
-        if not self._propagate():
+        if root and not root_fixpoint(s, self.props):
             return
         stack: list[tuple[int, int, int, str]] = []
         lo, hi = s.lo, s.hi
@@ -187,3 +192,10 @@ class Search:
         for i in range(self.n_user):
             out[:, i] = cols[i][keep] if i in moving else lo[i]
         return out
+
+
+def root_fixpoint(s: Store, props: list) -> bool:
+    """Run every propagator once and then to a fixpoint; False when the root is already inconsistent."""
+    s.queue[:] = range(len(props))
+    s.queued[:] = [True] * len(props)
+    return fixpoint(s, props)

@@ -36,6 +36,14 @@ class Store:
         self.watch.append([])
         return len(self.lo) - 1
 
+    def copy(self) -> "Store":
+        """An independent store with the same domains, an empty trail and the same watch lists."""
+        other = Store()
+        other.lo, other.hi, other.md, other.rs, other.vs = self.lo[:], self.hi[:], self.md[:], self.rs[:], self.vs[:]
+        other.watch = self.watch
+        other.queued = [False] * len(self.queued)
+        return other
+
     def size(self, i: int) -> int:
         vs = self.vs[i]
         return len(vs) if vs is not None else (self.hi[i] - self.lo[i]) // self.md[i] + 1

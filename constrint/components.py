@@ -1,0 +1,160 @@
+"""Independent parts of a model: search them one by one and combine their solutions.
+
+After root propagation, constraints that share no unfixed variable cannot influence each other, so the
+solutions of the model are the product of the solutions of its components. Searching components separately
+avoids re-solving one part for every choice made in another (and a part without solutions ends the search).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from .check import predicates, verifier
+from .errors import SolverBug
+from .constraints import Constraint
+from .search import Search, root_fixpoint
+from .store import Store
+
+
+def split(constraints: Sequence[Constraint], fixed: Sequence[bool]) -> list[list[int]]:
+    """Groups of unfixed variable indices linked through constraints, ordered by their smallest index.
+
+    Variables that no constraint mentions form one group of their own (last), whatever their number.
+    """
+    parent = list(range(len(fixed)))
+    used = [False] * len(fixed)
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for c in constraints:
+        free = [v.index for v in c.variables().values() if not fixed[v.index]]
+        for j in free:
+            used[j] = True
+        for j in free[1:]:
+            parent[root(j)] = root(free[0])
+    groups: dict[int, list[int]] = {}
+    unused = []
+    for i, is_fixed in enumerate(fixed):
+        if not is_fixed:
+            if used[i]:
+                groups.setdefault(root(i), []).append(i)
+            else:
+                unused.append(i)
+    return sorted(groups.values()) + ([unused] if unused else [])
+
+
+class Replay:
+    """An iterator whose items are kept, so it can be walked from the start many times."""
+
+    def __init__(self, items: Iterator) -> None:
+        self._items = items
+        self._seen: list = []
+        self._done = False
+
+    def __iter__(self) -> Iterator:
+        k = 0
+        while True:
+            if k < len(self._seen):
+                yield self._seen[k]
+            elif self._done:
+                return
+            else:
+                try:
+                    self._seen.append(next(self._items))
+                except StopIteration:
+                    self._done = True
+                    return
+                yield self._seen[k]
+            k += 1
+
+
+def product(parts: Sequence[Replay]) -> Iterator[tuple]:
+    """Lazy cartesian product in lexicographic order (the first item of each part comes first)."""
+    if not parts:
+        yield ()
+        return
+    for head in parts[0]:
+        for tail in product(parts[1:]):
+            yield (head,) + tail
+
+
+def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
+                domains: Sequence[tuple[int, int, frozenset | None]], order: list[tuple[int, str]],
+                time_limit: float | None, block_rows: int) -> Iterator[tuple[int, ...]]:
+    """Every solution (values of the user variables), verified; preferred order within each component."""
+    if not root_fixpoint(store, props):
+        return
+    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
+    base = tuple(store.lo[:n_user])
+    groups = split(constraints, fixed)
+    ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
+    verifier(ground, domains)(base)
+    checks = predicates(constraints)
+    if not groups:
+        yield base
+        return
+    searches = []
+    for group in groups:
+        inside = set(group)
+        local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
+        searches.append(Search(store.copy() if len(groups) > 1 else store, props, n_user, order,
+                               time_limit=time_limit, constraints=local, block_rows=block_rows,
+                               verify=_local_verifier(local, checks, domains, len(groups)),
+                               domains=domains, component=group))
+    if len(searches) == 1:
+        yield from searches[0].run(root=False)
+        return
+    parts = [Replay(s.run(root=False)) for s in searches]
+    if any(next(iter(p), None) is None for p in parts):
+        return
+    for combo in product(parts):
+        values = list(base)
+        for group, sol in zip(groups, combo):
+            for i in group:
+                values[i] = sol[i]
+        yield tuple(values)
+
+
+def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
+                domains: Sequence[tuple[int, int, frozenset | None]], time_limit: float | None,
+                block_rows: int) -> int:
+    """The number of solutions: the product of the components' counts."""
+    if not root_fixpoint(store, props):
+        return 0
+    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
+    groups = split(constraints, fixed)
+    ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
+    verifier(ground, domains)(tuple(store.lo[:n_user]))
+    checks = predicates(constraints)
+    total = 1
+    for group in groups:
+        inside = set(group)
+        local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
+        if not local:  # variables no constraint mentions
+            for i in group:
+                total *= store.size(i)
+            continue
+        search = Search(store.copy(), props, n_user, [], time_limit=time_limit, constraints=local,
+                        block_rows=block_rows, verify=_local_verifier(local, checks, domains, len(groups)),
+                        domains=domains, component=group)
+        total *= search.count(root=False)
+        if not total:
+            return 0
+    return total
+
+
+def _local_verifier(local: Sequence[Constraint], checks: dict, domains, n_groups: int):
+    """One compiled conjunction for a single component; the shared per-constraint checks otherwise."""
+    if n_groups == 1:
+        return verifier(local, domains)
+    mine = [checks[id(c)] for c in local]
+
+    def verify(values: Sequence[int]) -> None:
+        for check in mine:
+            if not check(values):
+                raise SolverBug(f"candidate {tuple(values)} violates {check.__doc__}")
+
+    return verify
