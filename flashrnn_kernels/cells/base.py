@@ -62,11 +62,6 @@ def _check_identifier(name: str, where: str) -> None:
         raise CellSpecError(f"{where}: {name!r} is not a plain identifier (letters, digits, underscore)")
     if name in _C_RESERVED or name in FUNCTIONS or name in _C_FUNCTIONS or name.startswith("__"):
         raise CellSpecError(f"{where}: {name!r} is reserved (a C keyword, a function name, or starts with '__')")
-    if name in _PREFIXES or name.isupper():
-        raise CellSpecError(
-            f"{where}: {name!r} is reserved: bare prefixes {sorted(_PREFIXES)} name the kernel's per-gate and "
-            "per-state arrays, upper-case names its compile-time constants"
-        )
 
 
 def _parse(expr: str, where: str) -> ast.expr:
@@ -158,6 +153,11 @@ def _build(assignments, inputs, outputs, where) -> _Program:
             raise CellSpecError(f"{where}: each assignment must be a (name, expression) pair of str, got {item!r}")
         name, expr = item
         _check_identifier(name, where)
+        if name in _PREFIXES or name.isupper():
+            raise CellSpecError(
+                f"{where}: {name!r} is reserved: bare prefixes {sorted(_PREFIXES)} name the kernel's per-gate and "
+                "per-state arrays, upper-case names its compile-time constants"
+            )
         if name in defined:
             raise CellSpecError(f"{where}: {name!r} is assigned twice or shadows an input; names are single-assignment")
         tree = _parse(expr, f"{where} {name}")
