@@ -83,7 +83,7 @@ class Flattener:
             if kind == LE:
                 const = -((-const) // g)  # sum(k/g * x) <= -const/g, rounded toward feasibility
             elif const % g:
-                return Linear([], 0 if kind == NE else 1, kind)  # always true (NE) / always false (EQ)
+                return Linear([], 1, kind)  # 1 != 0 always holds (NE); 1 == 0 never does (EQ)
             else:
                 const //= g
             pairs = [(k // g, x) for k, x in pairs]

@@ -51,6 +51,10 @@ class Model:
         self._vars: dict[str, IntVar] = {}
         self._constraints: list[Constraint] = []
 
+    def __repr__(self) -> str:
+        decls = ", ".join(f"{n} in {v.domain}" for n, v in self._vars.items())
+        return f"Model({decls}; " + "; ".join(c.text() for c in self._constraints) + ")"
+
     @property
     def variables(self) -> Mapping[str, IntVar]:
         """Variables by name, in creation order (read-only view)."""

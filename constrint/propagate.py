@@ -37,10 +37,10 @@ class Linear:
     __slots__ = ("terms", "const", "kind", "vars")
 
     def __init__(self, terms: list[tuple[int, int]], const: int, kind: str) -> None:
-        self.terms = tuple(terms)
+        self.terms = tuple((a, x) for a, x in terms if a)
         self.const = const
         self.kind = kind
-        self.vars = tuple(x for _, x in terms)
+        self.vars = tuple(x for _, x in self.terms)
 
     def propagate(self, s: Store) -> None:
         lo, hi = s.lo, s.hi
@@ -100,7 +100,7 @@ class Linear:
                     s.set_lo(x, h - slack // -a)
                 if l + smax // -a < h:
                     s.set_hi(x, l + smax // -a)
-        if 2 <= free <= 3:
+        if free == 2:
             self._congruences(s)
 
     def _congruences(self, s: Store) -> None:

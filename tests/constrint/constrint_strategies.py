@@ -1,0 +1,84 @@
+"""Hypothesis strategies for random small models, and a brute-force oracle."""
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import strategies as st
+
+from constrint import Model
+from constrint.expr import Undefined, evaluate
+
+OPS = ["+", "-", "*", "//", "%", "**"]
+CMPS = ["==", "!=", "<=", "<", ">=", ">"]
+
+
+@st.composite
+def expressions(draw, variables, depth=2):
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        return draw(st.sampled_from(variables)) if draw(st.booleans()) else draw(st.integers(-3, 5))
+    op = draw(st.sampled_from(OPS + ["neg"]))
+    a = draw(expressions(variables, depth - 1))
+    if op == "neg":
+        return -a if not isinstance(a, int) else -a
+    if op == "**":
+        return a ** draw(st.integers(0, 3))
+    b = draw(expressions(variables, depth - 1))
+    if isinstance(a, int) and isinstance(b, int):  # plain ints: keep one side symbolic
+        a = variables[0]
+    return {"+": a + b, "-": a - b, "*": a * b}.get(op) if op in "+-*" else (a // b if op == "//" else a % b)
+
+
+def _as_expr(e, variables):
+    return e if not isinstance(e, int) else variables[0] + e
+
+
+@st.composite
+def constraints(draw, m, variables, depth=1):
+    kind = draw(st.sampled_from(["cmp", "cmp", "cmp", "divides", "alldiff", "anyof"] if depth else ["cmp"]))
+    if kind == "cmp":
+        lhs = _as_expr(draw(expressions(variables)), variables)
+        rhs = draw(expressions(variables))
+        op = draw(st.sampled_from(CMPS))
+        return {"==": lhs == rhs, "!=": lhs != rhs, "<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs,
+                ">": lhs > rhs}[op]
+    if kind == "divides":
+        return m.divides(draw(expressions(variables, 1)), draw(expressions(variables, 1)))
+    if kind == "alldiff":
+        return m.all_different(draw(st.lists(expressions(variables, 1), min_size=2, max_size=3)))
+    return m.any_of(draw(st.lists(constraints(m, variables, depth - 1), min_size=1, max_size=3)))
+
+
+@st.composite
+def models(draw, max_vars=3, max_constraints=3):
+    m = Model()
+    n = draw(st.integers(1, max_vars))
+    variables = []
+    for i in range(n):
+        if draw(st.booleans()):
+            lo = draw(st.integers(-5, 5))
+            variables.append(m.int_var(lo, lo + draw(st.integers(0, 7)), f"v{i}"))
+        else:
+            variables.append(m.int_var(values=draw(st.sets(st.integers(-6, 12), min_size=1, max_size=6)),
+                                       name=f"v{i}"))
+    for _ in range(draw(st.integers(0, max_constraints))):
+        m.add(draw(constraints(m, variables)))
+    return m
+
+
+def brute_force(m: Model) -> list[dict[str, int]]:
+    """Every solution, by trying every combination of the declared domains."""
+    names = list(m.variables)
+    domains = [v.domain.values or range(v.domain.lo, v.domain.hi + 1) for v in m.variables.values()]
+    out = []
+    for combo in itertools.product(*domains):
+        a = dict(zip(names, combo))
+        if all(c.holds(a) for c in m.constraints):
+            out.append(a)
+    return out
+
+
+def value_or_none(expr, assignment):
+    try:
+        return evaluate(expr, assignment)
+    except Undefined:
+        return None

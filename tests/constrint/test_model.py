@@ -1,0 +1,171 @@
+"""Model: classic counts, brute-force agreement on random models, preferences, optimisation, errors."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import constrint.model as model_module
+from constrint import ConstrintError, Infeasible, Model, Solution, TimeLimit
+from constrint.expr import evaluate
+
+from constrint_strategies import brute_force, models
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def queens(n: int) -> Model:
+    m = Model()
+    q = [m.int_var(0, n - 1, f"q{i}") for i in range(n)]
+    m.add(m.all_different(q))
+    m.add(m.all_different([q[i] + i for i in range(n)]))
+    m.add(m.all_different([q[i] - i for i in range(n)]))
+    return m
+
+
+@pytest.mark.parametrize("n, expected", [(4, 2), (5, 10), (6, 4), (7, 40), (8, 92)])
+def test_queens_counts(n, expected):
+    m = queens(n)
+    assert m.count() == expected
+    sols = list(m.solutions())
+    assert len(sols) == expected == len({tuple(s.values()) for s in sols})
+
+
+def test_queens_counts_without_blocks(monkeypatch):
+    monkeypatch.setattr(model_module, "BLOCK_ROWS", 0)
+    assert queens(6).count() == 4
+    assert len(list(queens(7).solutions())) == 40
+
+
+def test_send_more_money_is_unique():
+    m = Model()
+    letters = {ch: m.int_var(0, 9, ch) for ch in "SENDMORY"}
+    S, E, N, D, M, O, R, Y = (letters[ch] for ch in "SENDMORY")
+    m.add(m.all_different(list(letters.values())))
+    m.add(S >= 1)
+    m.add(M >= 1)
+    m.add(1000 * S + 100 * E + 10 * N + D + 1000 * M + 100 * O + 10 * R + E
+          == 10000 * M + 1000 * O + 100 * N + 10 * E + Y)
+    sols = list(m.solutions())
+    assert [dict(s) for s in sols] == [dict(S=9, E=5, N=6, D=7, M=1, O=0, R=8, Y=2)]
+    assert m.count() == 1
+
+
+def test_magic_square_count():
+    m = Model()
+    cells = [m.int_var(1, 9, f"c{i}") for i in range(9)]
+    m.add(m.all_different(cells))
+    lines = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+    for a, b, c in lines:
+        m.add(cells[a] + cells[b] + cells[c] == 15)
+    assert m.count() == 8
+    for s in m.solutions():
+        assert sorted(s.values()) == list(range(1, 10))
+
+
+@SETTINGS
+@given(models(), st.booleans())
+def test_random_models_match_brute_force(m, blocks):
+    if not blocks:
+        model_module.BLOCK_ROWS = 0
+    try:
+        expected = {tuple(a.values()) for a in brute_force(m)}
+        found = [tuple(s.values()) for s in m.solutions()]
+        assert len(found) == len(set(found))
+        assert set(found) == expected
+        assert m.count() == len(expected)
+    finally:
+        model_module.BLOCK_ROWS = 1 << 14
+
+
+@SETTINGS
+@given(models(), st.data())
+def test_prefer_gives_lexicographic_optimum(m, data):
+    names = list(m.variables)
+    order = data.draw(st.permutations(names))[: data.draw(st.integers(1, len(names)))]
+    prefer = [(n, data.draw(st.sampled_from(["min", "max"]))) for n in order]
+    expected = brute_force(m)
+    if not expected:
+        with pytest.raises(Infeasible):
+            m.solve(prefer=prefer)
+        return
+
+    def key(a):
+        return tuple(a[n] if d == "min" else -a[n] for n, d in prefer)
+
+    best = min(key(a) for a in expected)
+    assert key(dict(m.solve(prefer=prefer))) == best
+    assert key(dict(next(m.solutions(prefer=prefer)))) == best
+
+
+@SETTINGS
+@given(models(max_constraints=2), st.sampled_from(["min", "max"]))
+def test_optimisation_matches_brute_force(m, sense):
+    names = list(m.variables)
+    objective = m.variables[names[0]] * 2 - (m.variables[names[-1]] if len(names) > 1 else 0)
+    expected = brute_force(m)
+    run = m.minimize if sense == "min" else m.maximize
+    if not expected:
+        with pytest.raises(Infeasible):
+            run(objective)
+        return
+    values = [evaluate(objective, a) for a in expected]
+    sol = run(objective)
+    assert sol.objective == (min(values) if sense == "min" else max(values))
+    assert evaluate(objective, dict(sol)) == sol.objective
+    assert all(c.holds(sol) for c in m.constraints)
+
+
+def test_solution_is_read_only_mapping():
+    m = Model()
+    x = m.int_var(1, 3, "x")
+    m.add(x >= 2)
+    sol = m.solve()
+    assert isinstance(sol, Solution)
+    assert sol["x"] == sol[x] == 2
+    assert dict(sol) == {"x": 2}
+    with pytest.raises(TypeError):
+        sol["x"] = 3  # type: ignore[index]
+
+
+def test_limit_and_distinct_solutions():
+    m = Model()
+    x, y = m.int_var(0, 9, "x"), m.int_var(0, 9, "y")
+    m.add(x + y == 9)
+    assert len(list(m.solutions(limit=3))) == 3
+    assert len(list(m.solutions(limit=0))) == 0
+    assert m.count() == 10
+    with pytest.raises(ConstrintError, match="limit"):
+        list(m.solutions(limit=-1))
+
+
+def test_huge_divisibility_domain_solves_by_propagation():
+    m = Model()
+    x = m.int_var(1, 10**12, "x")
+    d = m.int_var(values=[7, 11, 13], name="d")
+    m.add(m.divides(d, x))
+    m.add(x % 1000 == 0)
+    m.add(x >= 10**12 - 10**6)
+    sol = m.solve(prefer=[("x", "max"), ("d", "max")])
+    best = max(v for v in range(10**12 - 10**6, 10**12 + 1, 1000) if any(v % p == 0 for p in (7, 11, 13)))
+    assert sol["x"] == best
+    assert sol["d"] == max(p for p in (7, 11, 13) if best % p == 0)
+
+
+def test_time_limit_raises():
+    m = queens(12)
+    with pytest.raises(TimeLimit):
+        sum(1 for _ in m.solutions(time_limit=0.05))
+    with pytest.raises(TimeLimit):
+        queens(14).count(time_limit=0.05)
+
+
+def test_minimize_proves_optimum_on_product():
+    m = Model()
+    a, b = m.int_var(1, 100, "a"), m.int_var(1, 100, "b")
+    m.add(a * b == 360)
+    sol = m.minimize(a + b)
+    assert sol.objective == min(p + 360 // p for p in range(1, 101) if 360 % p == 0 and 360 // p <= 100)
+    assert m.maximize(a - b).objective == 90 - 4
