@@ -224,7 +224,15 @@ def interval(e: Operand, lo: list[int], hi: list[int]) -> tuple[int, int] | None
 
 
 def binary_interval(op: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int] | None:
-    """Bounds of `a op b` for a in [alo, ahi], b in [blo, bhi]; None when b can only be 0 for // and %."""
+    """Bounds of `a op b` for a in [alo, ahi], b in [blo, bhi]; None when b can only be 0 for // and %.
+
+    Exact (a single value) when both operands are fixed.
+    """
+    if alo == ahi and blo == bhi:
+        if blo == 0 and op in ("//", "%"):
+            return None
+        v = BINARY[op][1](alo, blo)
+        return v, v
     if op == "+":
         return alo + blo, ahi + bhi
     if op == "-":

@@ -169,3 +169,62 @@ def test_minimize_proves_optimum_on_product():
     sol = m.minimize(a + b)
     assert sol.objective == min(p + 360 // p for p in range(1, 101) if 360 % p == 0 and 360 // p <= 100)
     assert m.maximize(a - b).objective == 90 - 4
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda m: m.int_var(5, 1, "x"), "lo=5 > hi=1"),
+    (lambda m: m.int_var(1.5, 3, "x"), "must be an integer, got 1.5"),
+    (lambda m: m.int_var(True, 3, "x"), "must be an integer, got True"),
+    (lambda m: m.int_var(values=[], name="x"), "empty domain"),
+    (lambda m: m.int_var(values=[1, 1.5], name="x"), "got 1.5"),
+    (lambda m: m.int_var(values=[1], lo=1, name="x"), "either lo/hi or values"),
+    (lambda m: m.int_var(1, name="x"), "needs bounds"),
+    (lambda m: (m.int_var(1, 2, "x"), m.int_var(1, 2, "x")), "exists already"),
+    (lambda m: m.var("nope"), "no variable named 'nope'"),
+])
+def test_model_input_errors(make, match):
+    with pytest.raises(ConstrintError, match=match):
+        make(Model())
+
+
+def test_prefer_errors():
+    m = Model()
+    x = m.int_var(1, 3, "x")
+    with pytest.raises(ConstrintError, match="unknown variable 'y'"):
+        m.solve(prefer=[("y", "min")])
+    with pytest.raises(ConstrintError, match="'min' or 'max', got 'up'"):
+        m.solve(prefer=[(x, "up")])
+    with pytest.raises(ConstrintError, match="prefer must be a list"):
+        m.solve(prefer="x")
+    assert m.solve(prefer=[x])["x"] == 1
+    assert m.solve(prefer=[("x", "max")])["x"] == 3
+
+
+def test_variables_of_another_model_are_rejected():
+    m1, m2 = Model(), Model()
+    x = m1.int_var(1, 3, "x")
+    m2.int_var(1, 3, "x")
+    with pytest.raises(ConstrintError, match="another Model"):
+        m2.add(x >= 2)
+    with pytest.raises(ConstrintError, match="another Model"):
+        m2.minimize(x)
+
+
+def test_variables_view_and_lookup():
+    m = Model()
+    a, b = m.int_var(1, 2, "a"), m.int_var(values=[4, 8], name="b")
+    assert list(m.variables) == ["a", "b"] and m.variables["b"] is b and m.var("a") is a
+    with pytest.raises(TypeError):
+        m.variables["c"] = a  # type: ignore[index]
+
+
+def test_infeasible_model_raises_with_core_everywhere():
+    m = Model()
+    x = m.int_var(1, 10, "x")
+    m.add(x >= 5)
+    m.add(x <= 3, name="small x")
+    for run in (m.solve, lambda: m.minimize(x), lambda: m.maximize(x)):
+        with pytest.raises(Infeasible, match="small x") as info:
+            run()
+        assert [str(c) for c in info.value.core] == ["x >= 5", "small x"]
+    assert m.count() == 0 and list(m.solutions()) == []

@@ -1,0 +1,85 @@
+"""Expressions: operators, printing, evaluation, interval bounds, bad input."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constrint import ConstrintError, Model
+from constrint.expr import Undefined, evaluate, interval
+
+from constrint_strategies import expressions, value_or_none
+
+
+@pytest.fixture
+def xy():
+    m = Model()
+    return m, m.int_var(-3, 5, "x"), m.int_var(1, 4, "y")
+
+
+def test_printing_keeps_python_precedence(xy):
+    _, x, y = xy
+    assert str(x * y <= 4096) == "x * y <= 4096"
+    assert str((x + y) * 2 == y) == "(x + y) * 2 == y"
+    assert str(x - (y - 1) != 0) == "x - (y - 1) != 0"
+    assert str(-x ** 2 >= 3) == "-x ** 2 >= 3"
+    assert str((-x) ** 2 > 0) == "(-x) ** 2 > 0"
+    assert str(x // y % 3 < 1) == "x // y % 3 < 1"
+    assert str(2 - x) == "2 - x"
+
+
+def test_evaluate_uses_floor_semantics_and_flags_undefined(xy):
+    _, x, y = xy
+    assert evaluate(x // y, {"x": -7, "y": 2}) == -4
+    assert evaluate(x % y, {"x": -7, "y": 2}) == 1
+    assert evaluate(x % -y, {"x": 7, "y": 2}) == -1
+    with pytest.raises(Undefined):
+        evaluate(x // (y - 2), {"x": 1, "y": 2})
+    with pytest.raises(Undefined):
+        evaluate(x % (y - 2), {"x": 1, "y": 2})
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda x, y: x ** y, "exponent .* must be a constant integer"),
+    (lambda x, y: x ** -1, "exponent -1 .* negative"),
+    (lambda x, y: x + 1.5, "right operand of '\\+' must be an integer, got 1.5"),
+    (lambda x, y: x * True, "must be an integer, got True"),
+    (lambda x, y: x / y, "use '//'"),
+    (lambda x, y: x <= 2.5, "right side of '<=' must be an integer"),
+])
+def test_bad_operands_raise(xy, build, match):
+    _, x, y = xy
+    with pytest.raises(ConstrintError, match=match):
+        build(x, y)
+
+
+def test_truth_value_raises(xy):
+    _, x, y = xy
+    with pytest.raises(ConstrintError, match="no truth value"):
+        bool(x < y)
+    with pytest.raises(ConstrintError, match="no truth value"):
+        if x + 1:
+            pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_interval_contains_every_defined_value(data):
+    m = Model()
+    x = m.int_var(-3, 4, "x")
+    y = m.int_var(-2, 3, "y")
+    e = data.draw(expressions([x, y]))
+    if isinstance(e, int):
+        return
+    xlo, ylo = data.draw(st.integers(-3, 4)), data.draw(st.integers(-2, 3))
+    xhi, yhi = data.draw(st.integers(xlo, 4)), data.draw(st.integers(ylo, 3))
+    bounds = interval(e, [xlo, ylo], [xhi, yhi])
+    values = [value_or_none(e, {"x": a, "y": b}) for a, b in itertools.product(range(xlo, xhi + 1),
+                                                                              range(ylo, yhi + 1))]
+    defined = [v for v in values if v is not None]
+    if bounds is None:
+        assert not defined
+    else:
+        assert all(bounds[0] <= v <= bounds[1] for v in defined)
