@@ -14,7 +14,7 @@
 //   d_gates fp32 [B, T, G, NH, DH] (gradient of the pre-activations = of Wx)   d_states [S, B, NH, DH]
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
     !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
 #error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
 #endif
 
@@ -29,10 +29,12 @@ static_assert(M_TILES == 1, "backward: a warp owns one 16-row tile of R^T");
 #define STAGE_ELEM_ROWS 3                          // s_h, y_h, d_h per batch row, elem_t
 #define SM_RFRAG 0
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
-#define SM_F32 (SM_V + 2 * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
+#define SM_F32 (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
 #define SM_ELEM (SM_F32 + 2 * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
 #define SM_RED (SM_ELEM + 2 * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
 #define SM_TOTAL (SM_RED + (WARPS_K - 1) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)
+static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 #if CLUSTER_BLOCKS > 1
@@ -117,8 +119,11 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
         if (it + 1 < T) stage(t - 1, cur ^ 1);
         float acc[M_TILES][N_TILES][4];
         if (it > 0) {
-            A.multiply(acc, V + (cur ^ 1) * BATCH_TILE * V_STRIDE, k_first);
+            A.multiply(acc, V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE, k_first);
             reduce_k_split(acc, red, wm, wk);
+#if VECTOR_BUFFERS == 1
+            cluster_barrier();  // every block of the cluster has read the vector before it is overwritten
+#endif
         } else {
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n)
@@ -142,7 +147,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
             }
             break;
         }
-        elem_t* Vn = V + cur * BATCH_TILE * V_STRIDE;
+        elem_t* Vn = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
         if (wk == 0) {
             const float* f = stage_f32 + cur * F32_TILE;
             const elem_t* el = stage_elem + cur * 3 * ELEM_TILE;

@@ -14,8 +14,9 @@
 // REG_K_TILES, CLUSTER_BLOCKS; the including kernel defines K_DIM and A_VALUE(m_tile, row, k).
 #pragma once
 
-#include <stdint.h>
 #include "cells/ops.cuh"
+
+typedef unsigned int u32;
 
 #if defined(DTYPE_BF16)
 typedef __nv_bfloat16 elem_t;
@@ -52,25 +53,25 @@ static_assert(THREADS == PLAN_THREADS, "thread count differs from the plan");
 #define A_REGS 4  // four pairs of bf16/fp16
 #endif
 #define A_VECS (A_REGS / 4)  // 16-byte vectors per lane of a fragment in shared memory
-typedef uint32_t afrag_t[A_REGS];
+typedef u32 afrag_t[A_REGS];
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
 #if defined(DTYPE_FP32)
-__device__ __forceinline__ uint32_t tf32_round(float x) {
-    uint32_t r;
+__device__ __forceinline__ u32 tf32_round(float x) {
+    u32 r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+__device__ __forceinline__ void split_tf32(float x, u32& hi, u32& lo) {
     hi = tf32_round(x);
     lo = tf32_round(x - __uint_as_float(hi));
 }
 
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t* a, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const u32* a, u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
@@ -78,13 +79,13 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t* a, uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #else
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
 #if defined(DTYPE_BF16)
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 #else
     __half2 v = __floats2half2_rn(lo, hi);
 #endif
-    return *reinterpret_cast<uint32_t*>(&v);
+    return *reinterpret_cast<u32*>(&v);
 }
 #endif
 
@@ -114,7 +115,7 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[M_TILES][N_TILES][4], co
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n) {
         const float* row = V + (n * 8 + g) * V_STRIDE + k0;
-        uint32_t bh0, bl0, bh1, bl1;
+        u32 bh0, bl0, bh1, bl1;
         split_tf32(row[t], bh0, bl0);
         split_tf32(row[t + 4], bh1, bl1);
 #pragma unroll
@@ -129,7 +130,7 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[M_TILES][N_TILES][4], co
     for (int n = 0; n < N_TILES; ++n) {
         // ldmatrix.x2: lanes 0-7 address k0..k0+7 of batch rows n*8..n*8+7, lanes 8-15 k0+8..k0+15.
         const elem_t* p = V + (n * 8 + (lane & 7)) * V_STRIDE + k0 + ((lane >> 3) & 1) * 8;
-        uint32_t b0, b1;
+        u32 b0, b1;
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                      : "=r"(b0), "=r"(b1)
                      : "r"(smem_addr(p)));
@@ -273,7 +274,7 @@ __device__ __forceinline__ void cluster_barrier() {
 
 __device__ __forceinline__ int cluster_rank() {
 #if CLUSTER_BLOCKS > 1
-    uint32_t r;
+    u32 r;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return (int)r;
 #else
@@ -294,7 +295,7 @@ __device__ __forceinline__ void broadcast_slice(const elem_t* V, int j_count, in
         const int b = rest / per_b, jc = rest - b * per_b, j = jc / chunks, c = jc - j * chunks;
         const elem_t* p = V + b * V_STRIDE + j * j_stride + col0 + c * (16 / (int)sizeof(elem_t));
         const uint4 v = *reinterpret_cast<const uint4*>(p);
-        uint32_t remote;
+        u32 remote;
         asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(target));
         asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z),
                      "r"(v.w)

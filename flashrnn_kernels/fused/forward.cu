@@ -14,7 +14,7 @@
 //   what the backward pass reads; both null for inference.
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
     !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
 #error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
 #endif
 
@@ -26,9 +26,11 @@ static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden
 // Shared memory layout (bytes).
 #define SM_RFRAG 0
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
-#define SM_WX (SM_V + 2 * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
+#define SM_WX (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
 #define SM_RED (SM_WX + 2 * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
 #define SM_TOTAL (SM_RED + (WARPS_K - 1) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)
+static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 #if CLUSTER_BLOCKS > 1
@@ -98,8 +100,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     elem_t* h_base = h_out + (size_t)b0 * h_stride_b + (size_t)head * DH + o_block;
     for (int t = 0; t < T; ++t) {
         const int cur = t & 1;
-        const elem_t* Vc = V + cur * BATCH_TILE * V_STRIDE;
-        elem_t* Vn = V + (cur ^ 1) * BATCH_TILE * V_STRIDE;
+        const elem_t* Vc = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
+        elem_t* Vn = V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE;
         const elem_t* wx = wx_stage + cur * BATCH_TILE * G * ROWS;
         if (t + 1 < T)
             stage_rows(wx_stage + (cur ^ 1) * BATCH_TILE * G * ROWS, wx_base + (size_t)(t + 1) * G * unit_stride, G,
@@ -109,6 +111,9 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         float acc[M_TILES][N_TILES][4];
         A.multiply(acc, Vc, k_first);
         reduce_k_split(acc, red, wm, wk);
+#if VECTOR_BUFFERS == 1
+        cluster_barrier();  // every block of the cluster has read the vector before it is overwritten
+#endif
 
         if (wk == 0) {
 #pragma unroll
@@ -149,7 +154,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     }
 
     // h_{T-1} and the last states.
-    const elem_t* Vl = V + (T & 1) * BATCH_TILE * V_STRIDE;
+    const elem_t* Vl = V + VBUF(T & 1) * BATCH_TILE * V_STRIDE;
     if (T > 0) store_rows(h_base + (size_t)(T - 1) * unit_stride, Vl + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
     store_rows(last_states + (size_t)b0 * unit_stride + (size_t)head * DH + o_block, Vl + o_block, 1, 0, ROWS,
                unit_stride, 0, valid_b);

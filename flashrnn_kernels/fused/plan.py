@@ -19,7 +19,7 @@ from constrint import Infeasible
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-1"
+VERSION = "fused-2"
 """Bumped whenever the model, the cost or the kernels' layout change: old disk-cached plans are then ignored."""
 
 _memory: dict[str, KernelPlan] = {}
@@ -50,6 +50,8 @@ class KernelPlan:
     m_tiles: int  # (kernel) m16 tiles per warp
     reg_k_tiles: int  # (kernel) k-tiles of A fragments in registers per warp
     blocks_per_sm: int  # (kernel) co-resident blocks assumed by the register cap
+    vector_buffers: int  # (kernel) 2: double-buffered step vector; 1: single buffer, two barriers per step
+    nonportable_cluster: bool  # the cluster is larger than the GPU's portable size (needs a launch opt-in)
     register_budget: int  # registers per thread the launch bounds allow
     predicted_registers: int
     fast_activations: bool  # (kernel) hardware tanh for bf16/fp16 storage
@@ -83,7 +85,8 @@ class KernelPlan:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory per block."""
-        return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles)
+        return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles,
+                                 self.vector_buffers)
 
     @property
     def kernel_name(self) -> str:
@@ -100,9 +103,6 @@ class KernelPlan:
         """Blocks for a batch of `batch` sequences: x = head x cluster rank, y = batch tile."""
         return (self.num_heads * self.cluster_blocks, self.batch_tiles(batch), 1)
 
-    @property
-    def nonportable_cluster(self) -> bool:
-        return self.cluster_blocks > hwmodels.load(self.gpu).cluster_max_portable
 
 
 def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: Any = None,
@@ -159,7 +159,8 @@ def _solve(problem: FusedProblem, gpu: Any) -> KernelPlan:
         num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
         batch_tile=8 * sol["n_tiles"], cluster_blocks=sol["cluster_blocks"], warps_m=sol["warps_m"],
         warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem),
-        reg_k_tiles=sol["reg_k_tiles"], blocks_per_sm=sol["blocks_per_sm"],
+        reg_k_tiles=sol["reg_k_tiles"], blocks_per_sm=sol["blocks_per_sm"], vector_buffers=sol["vector_buffers"],
+        nonportable_cluster=sol["cluster_blocks"] > gpu.cluster_max_portable,
         register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
         predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"]),
         fast_activations=problem.dtype != "fp32", objective=int(sol.objective),

@@ -10,6 +10,7 @@ Decision variables (per block of the cluster that owns one head and one batch ti
   n_tiles         batch tile / 8 (mma n dimension)
   reg_k_tiles     k-tiles of each warp's A fragments kept in registers; the rest live in shared memory
   blocks_per_sm   co-resident blocks per SM assumed by the register cap (__launch_bounds__)
+  vector_buffers  2: double-buffered step vector, one barrier per step; 1: half the buffer, two barriers
 
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
@@ -24,12 +25,13 @@ from constrint import Model
 
 from .problem import FusedProblem
 
-BASE_REGISTERS = {"forward": 64, "backward": 72}  # addresses, loop state, pointwise temporaries (ptxas -v)
+BASE_REGISTERS = {"forward": 64, "backward": 80}  # addresses, loop state, pointwise temporaries (ptxas -v)
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
 SMEM_BYTES_PER_CYCLE = 128
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
-CLUSTER_EXCHANGE = 980  # cycles: cluster barrier (0.19 us) + DSMEM exchange (~0.3 us)
+CLUSTER_BARRIER = 380  # cycles (0.19 us)
+CLUSTER_EXCHANGE = 980  # cycles: cluster barrier + DSMEM exchange (~0.3 us)
 POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
 POINTWISE_FIXED = 24
 
@@ -61,12 +63,12 @@ def v_stride(p: FusedProblem) -> int:
     return k_dim(p) + 16 // p.elem_bytes
 
 
-def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any) -> Any:
+def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any) -> Any:
     """Dynamic shared memory of one block (the layout of forward.cu / backward.cu, in that order)."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
     mt = m_tiles(p)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
-    size = size + 2 * batch_tile * v_stride(p) * e  # vector double buffer
+    size = size + vector_buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
     if p.direction == "forward":
         size = size + 2 * batch_tile * p.gates * rows * e  # Wx staging
     else:
@@ -76,9 +78,10 @@ def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k
 
 
 def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
-    """Registers per thread: A fragments, accumulators, per-element state, fixed part."""
+    """Registers per thread: A fragments (plus 2 per unrolled k-tile for the V fragments the scheduler keeps
+    in flight), accumulators, per-element state, fixed part."""
     mt = m_tiles(p)
-    regs = fragment_registers(p) * mt * reg_k_tiles + 4 * mt * n_tiles + BASE_REGISTERS[p.direction]
+    regs = (fragment_registers(p) * mt + 2) * reg_k_tiles + 4 * mt * n_tiles + BASE_REGISTERS[p.direction]
     if p.direction == "forward":
         regs = regs + 4 * (p.states - 1) * n_tiles + 2 * p.gates
     else:
@@ -95,6 +98,7 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
     max_warps = gpu.max_threads_per_block // gpu.warp_size
     cluster_limit = gpu.cluster_max_nonportable
     cb = m.int_var(values=[c for c in (1, 2, 4, 8, 16) if c <= cluster_limit], name="cluster_blocks")
+    clustered = m.int_var(0, 1 if cluster_limit > 1 else 0, "clustered")
     wm = m.int_var(1, max_warps, "warps_m")
     wk = m.int_var(values=[w for w in (1, 2, 4, 8, 16) if w <= max_warps], name="warps_k")
     kt_w = m.int_var(1, kt_total, "k_tiles_per_warp")
@@ -105,6 +109,7 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
     parts = gpu.register_file_partitions
     warp_groups = m.int_var(1, -(-max_warps // parts), "warp_groups")  # warps rounded up to the partitions
     tiles = m.int_var(1, -(-p.batch // 8), "batch_tiles")
+    vb = m.int_var(values=[1, 2], name="vector_buffers")
     waves = m.int_var(1, 1 << 20, "waves")
 
     m.add(cb * wm * 16 == p.head_dim,
@@ -119,7 +124,7 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
     m.add(regs <= budget, name="predicted registers per thread <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt)
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt, vb)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
@@ -129,9 +134,8 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
 
-    clustered = m.int_var(0, 1, "clustered")
     m.add(cb <= 1 + 15 * clustered, name="clustered when cluster_blocks > 1")
-    m.add(clustered <= cb - 1, name="not clustered when cluster_blocks == 1")
+    m.add(clustered + 1 <= cb, name="not clustered when cluster_blocks == 1")
     link = m.int_var(MMA_LATENCY, 1 << 16, "mma_link_cycles")
     m.add(link >= warp_groups * mt * nt * MMA_ISSUE[p.dtype], name="mma issue per k-tile and sub-partition")
     e = p.elem_bytes
@@ -142,9 +146,10 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
         + (wk - 1) * (BLOCK_BARRIER + mt * nt * 16)
         + (wm + 3) // 4 * nt * 4 * (p.gates * POINTWISE_PER_GATE + POINTWISE_FIXED)
         + BLOCK_BARRIER
-        + clustered * CLUSTER_EXCHANGE
-        + (cb - 1) * nt * wm * e
+        + (2 - vb) * BLOCK_BARRIER
     )
+    if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
+        step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER + (cb - 1) * nt * wm * e
     bytes_per_cycle = gpu.memory_bandwidth // (gpu.boost_clock_mhz * 1_000_000)
     traffic = p.num_heads * tiles * 8 * nt * p.head_dim * (p.gates + 1) * e // bytes_per_cycle
     return m, waves * step + traffic

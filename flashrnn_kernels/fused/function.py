@@ -1,0 +1,150 @@
+"""flashrnn_fused: the fused kernels as an autograd Function (plan -> render -> compile -> launch).
+
+Forward: one persistent launch over all T steps. In training it also saves, in fp32, the cell's per-gate values
+a_g [B, T, G, NH, DH] and the non-h states of every step [S-1, B, T+1, NH, DH] (index 0: the initial states).
+Backward: one persistent launch for the gate-gradient recurrence writes dgates in fp32 [B, T, G, NH, DH] (the
+gradient of Wx) and the initial states' gradients; dR and db are then whole-sequence GEMMs / sums in torch:
+dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T h_{t-1}[b, n] (in the input dtype, fp32 accumulation), db = sum dgates.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..cells import get_cell
+from ..runtime.codegen import render
+from ..runtime.compile import get_kernel
+from ..runtime.launch import launch
+from .plan import KernelPlan, plan
+from .problem import HEAD_DIMS, dtype_name
+
+POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
+"""Fill outputs with NaN before each launch (tests use it to prove that every element is written)."""
+
+_NON_PORTABLE_CLUSTER_ATTRIBUTE = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+_MAX_GRID_Y = 65535
+
+
+@functools.cache
+def _device_gpu(index: int) -> Any:
+    import hwmodels
+
+    return hwmodels.detect(index)
+
+
+@functools.lru_cache(maxsize=256)
+def _kernel(found: KernelPlan) -> Any:
+    kernel = get_kernel(render(found), found.kernel_name, dynamic_smem=found.smem_bytes)
+    if found.nonportable_cluster:
+        _allow_nonportable_cluster(kernel)
+    return kernel
+
+
+def _allow_nonportable_cluster(kernel: Any) -> None:
+    """Clusters above the portable size (8 on sm_90) need a per-function opt-in that CuPy does not wrap."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        import cupy
+
+        cupy.cuda.driver.funcSetAttribute(kernel.kernel.ptr, _NON_PORTABLE_CLUSTER_ATTRIBUTE, 1)
+        return
+    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    (err,) = driver.cuFuncSetAttribute(driver.CUfunction(kernel.kernel.ptr), attribute, 1)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed: {err}")
+
+
+def _plan_for(cell: str, h: Tensor, direction: str) -> KernelPlan:
+    B, _, NH, DH = h.shape
+    return plan(cell, B, NH, DH, h.dtype, gpu=_device_gpu(h.device.index), direction=direction)
+
+
+def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    out = torch.empty(shape, device=like.device, dtype=dtype or like.dtype)
+    if POISON_OUTPUTS:
+        out.fill_(float("nan"))
+    return out
+
+
+def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
+    """Cheap re-check of the kernel's preconditions (the front end validates in full)."""
+    spec = get_cell(cell)
+    G, S = spec.gate_count, spec.state_count
+    if Wx.dim() != 5:
+        raise ValueError(f"Wx must be [B, T, G, NH, DH], got shape {tuple(Wx.shape)}")
+    B, T, g, NH, DH = Wx.shape
+    expected = {"Wx": (B, T, G, NH, DH), "R": (G, NH, DH, DH), "b": (G, NH, DH), "states": (S, B, NH, DH)}
+    for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
+        if tuple(t.shape) != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} for cell {cell!r}, got {tuple(t.shape)}")
+        if not t.is_cuda or t.device != Wx.device:
+            raise ValueError(f"{name} must be a CUDA tensor on {Wx.device}, got {t.device}")
+        if t.dtype != Wx.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype}; all inputs must share Wx's dtype {Wx.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous; call .contiguous() first")
+    dtype_name(Wx.dtype)
+    if T < 1 or B < 1 or NH < 1:
+        raise ValueError(f"batch, sequence length and num_heads must be >= 1, got B={B}, T={T}, NH={NH}")
+    if DH not in HEAD_DIMS:
+        raise ValueError(f"head_dim {DH} is not supported by the fused kernel; use one of {HEAD_DIMS}")
+    if -(-B // 8) > _MAX_GRID_Y:
+        raise ValueError(f"batch {B} needs more than {_MAX_GRID_Y} batch tiles; split the batch")
+
+
+class FusedRNNFunction(torch.autograd.Function):
+    """Autograd wrapper of the fused forward and backward kernels."""
+
+    @staticmethod
+    def forward(ctx: Any, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
+        B, T, G, NH, DH = Wx.shape
+        S = states.shape[0]
+        training = any(ctx.needs_input_grad[:4])
+        h = _empty((B, T, NH, DH), Wx)
+        found = _plan_for(cell, h, "forward")
+        last = _empty((S, B, NH, DH), Wx)
+        gates_save = _empty((B, T, G, NH, DH), Wx, torch.float32) if training else None
+        states_save = _empty((S - 1, B, T + 1, NH, DH), Wx, torch.float32) if training and S > 1 else None
+        launch(_kernel(found), found.grid(B), found.block,
+               (Wx, R, b, states, h, last, gates_save, states_save, B, T), shared_mem=found.smem_bytes,
+               device=Wx.device)
+        if training:
+            ctx.save_for_backward(R, states, h, gates_save, states_save)
+            ctx.cell = cell
+        return h, last
+
+    @staticmethod
+    def backward(ctx: Any, d_h: Tensor, d_last: Tensor) -> tuple[Tensor | None, ...]:
+        R, states, h, gates_save, states_save = ctx.saved_tensors
+        B, T, NH, DH = h.shape
+        G, S = R.shape[0], states.shape[0]
+        d_h, d_last = d_h.to(h.dtype).contiguous(), d_last.to(h.dtype).contiguous()
+        found = _plan_for(ctx.cell, h, "backward")
+        d_gates = _empty((B, T, G, NH, DH), h, torch.float32)
+        d_states = _empty((S, B, NH, DH), h)
+        launch(_kernel(found), found.grid(B), found.block,
+               (R, states, h, gates_save, states_save, d_h, d_last, d_gates, d_states, B, T),
+               shared_mem=found.smem_bytes, device=h.device)
+        d_wx = d_gates.to(h.dtype)
+        h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
+        d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev) if h.dtype != torch.float32 else \
+            torch.einsum("btgno,btni->gnoi", d_gates, h_prev)
+        d_b = d_gates.sum(dim=(0, 1)).to(h.dtype)
+        return d_wx, d_r.to(h.dtype), d_b, d_states, None
+
+
+def flashrnn_fused(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str = "lstm") -> tuple[Tensor, Tensor]:
+    """Run `cell` over the sequence with the fused kernels.
+
+    Wx [B, T, G, NH, DH], R [G, NH, DH, DH], b [G, NH, DH], states [S, B, NH, DH] (CUDA, one dtype of bf16/fp16/
+    fp32, contiguous). Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the input dtype; differentiable
+    with respect to all four inputs.
+    """
+    name = get_cell(cell).name
+    _check(Wx, R, b, states, name)
+    return FusedRNNFunction.apply(Wx, R, b, states, name)

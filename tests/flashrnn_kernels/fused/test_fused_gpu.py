@@ -1,0 +1,118 @@
+"""Fused kernels on a GPU against the float64 reference: outputs, last states and every gradient.
+
+Inputs are fresh random draws on every run; outputs are poisoned with NaN before each launch.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrnn_kernels.fused import function
+from flashrnn_kernels.fused.function import flashrnn_fused
+from flashrnn_kernels.fused.reference import flashrnn_reference
+from tests.tolerances import TOLERANCES, relative_error
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setattr(function, "POISON_OUTPUTS", True)
+
+
+def make_inputs(B, T, NH, DH, dtype, G=4, S=2):
+    gen = torch.Generator(device="cuda").manual_seed(torch.seed() % (2**31))
+    draw = lambda *shape, scale: (torch.randn(*shape, device="cuda", generator=gen, dtype=torch.float64) * scale)
+    Wx = draw(B, T, G, NH, DH, scale=1.0)
+    R = draw(G, NH, DH, DH, scale=1.0 / DH**0.5)
+    b = draw(G, NH, DH, scale=0.3)
+    states = draw(S, B, NH, DH, scale=0.5)
+    return [t.to(dtype).contiguous() for t in (Wx, R, b, states)]
+
+
+def run_both(B, T, NH, DH, dtype, grads=True):
+    """(fused results, float64 reference results) for the same rounded inputs and upstream gradients."""
+    inputs = make_inputs(B, T, NH, DH, dtype)
+    ref_inputs = [t.detach().double().requires_grad_(grads) for t in inputs]
+    fused_inputs = [t.detach().clone().requires_grad_(grads) for t in inputs]
+    h, last = flashrnn_fused(*fused_inputs, "lstm")
+    h_ref, last_ref = flashrnn_reference(*ref_inputs, "lstm")
+    out = {"h": h, "last_states": last}
+    ref = {"h": h_ref, "last_states": last_ref}
+    if grads:
+        gh = torch.randn_like(h_ref)
+        gl = torch.randn_like(last_ref)
+        torch.autograd.backward((h, last), (gh.to(dtype), gl.to(dtype)))
+        torch.autograd.backward((h_ref, last_ref), (gh, gl))
+        for name, f, r in zip(("dWx", "dR", "db", "dstates"), fused_inputs, ref_inputs):
+            out[name], ref[name] = f.grad, r.grad
+    return out, ref
+
+
+def assert_close_rel(out, ref, dtype, bound=None):
+    bound = bound or TOLERANCES[dtype]["rel"]
+    errors = {name: relative_error(out[name], ref[name]) for name in ref}
+    for name, t in out.items():
+        assert t.dtype == dtype and not t.isnan().any(), f"{name}: dtype {t.dtype} or unwritten (NaN) elements"
+    bad = {name: e for name, e in errors.items() if not e <= bound}
+    assert not bad, f"relative errors above {bound}: {bad} (all: {errors})"
+
+
+@pytest.mark.parametrize("dtype,B,T,NH,DH", [
+    ("bf16", 16, 1024, 12, 64),
+    ("bf16", 16, 1024, 6, 128),
+    ("fp32", 16, 1024, 12, 64),
+    ("fp16", 16, 256, 6, 128),
+    ("bf16", 3, 64, 48, 16),
+    ("bf16", 17, 33, 5, 32),
+    ("fp32", 1, 1, 1, 16),
+    ("bf16", 1, 1, 3, 64),
+    ("fp32", 5, 17, 3, 256),
+    ("bf16", 9, 40, 2, 512),
+])
+def test_forward_and_gradients_match_float64(dtype, B, T, NH, DH):
+    out, ref = run_both(B, T, NH, DH, DTYPES[dtype])
+    assert_close_rel(out, ref, DTYPES[dtype])
+
+
+@pytest.mark.parametrize("dtype,B,T,DH", [("bf16", 16, 1024, 768), ("fp16", 4, 64, 512)])
+def test_large_heads_forward_in_a_cluster(dtype, B, T, DH):
+    out, ref = run_both(B, T, 1, DH, DTYPES[dtype], grads=False)
+    assert_close_rel(out, ref, DTYPES[dtype])
+
+
+def test_inference_skips_saves_and_matches_training():
+    Wx, R, b, states = make_inputs(4, 50, 2, 64, torch.bfloat16)
+    with torch.no_grad():
+        h0, last0 = flashrnn_fused(Wx, R, b, states, "lstm")
+    h1, last1 = flashrnn_fused(Wx.requires_grad_(), R, b, states, "lstm")
+    assert torch.equal(h0, h1) and torch.equal(last0, last1)
+
+
+def test_runs_on_the_current_stream():
+    Wx, R, b, states = make_inputs(8, 100, 3, 32, torch.bfloat16)
+    expected, _ = flashrnn_fused(Wx, R, b, states, "lstm")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        h, _ = flashrnn_fused(Wx, R, b, states, "lstm")
+    stream.synchronize()
+    assert torch.equal(h, expected)
+
+
+def test_bad_inputs_raise_clear_errors():
+    Wx, R, b, states = make_inputs(2, 3, 2, 32, torch.bfloat16)
+    with pytest.raises(ValueError, match="R must have shape"):
+        flashrnn_fused(Wx, R[:, :1], b, states, "lstm")
+    with pytest.raises(ValueError, match="dtype"):
+        flashrnn_fused(Wx, R.float(), b, states, "lstm")
+    with pytest.raises(ValueError, match="contiguous"):
+        flashrnn_fused(Wx, R.transpose(-1, -2), b, states, "lstm")
+    with pytest.raises(ValueError, match="CUDA"):
+        flashrnn_fused(Wx, R, b.cpu(), states, "lstm")
+    with pytest.raises(ValueError, match="head_dim 48"):
+        w, r, bb, s = make_inputs(2, 3, 1, 48, torch.bfloat16)
+        flashrnn_fused(w, r, bb, s, "lstm")
+    with pytest.raises(ValueError, match="known cells"):
+        flashrnn_fused(Wx, R, b, states, "lsmt")

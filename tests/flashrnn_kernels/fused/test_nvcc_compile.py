@@ -1,0 +1,92 @@
+"""Every distinct rendered source of a representative plan set compiles with nvcc for sm_80 and sm_90, without
+spills, within the plan's register budget and shared-memory size (ptxas -v)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from flashrnn_kernels.fused import plan as plan_module
+from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
+from flashrnn_kernels.runtime.codegen import render
+from flashrnn_kernels.runtime.compile import KERNEL_DIR
+
+NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+
+GPUS = {"sm_80": "A100-SXM4-80GB", "sm_90": "H200-SXM-141GB"}
+CASES = [  # (batch, heads, head_dim, dtype, direction)
+    (16, 48, 16, "bf16", "forward"), (16, 48, 16, "fp32", "backward"),
+    (16, 12, 64, "bf16", "forward"), (16, 12, 64, "bf16", "backward"), (16, 12, 64, "fp16", "forward"),
+    (16, 12, 64, "fp32", "forward"), (16, 12, 64, "fp32", "backward"),
+    (64, 6, 128, "bf16", "forward"), (16, 6, 128, "bf16", "backward"),
+    (16, 3, 256, "bf16", "forward"), (16, 3, 256, "fp16", "backward"),
+    (16, 1, 768, "bf16", "forward"), (256, 1, 512, "bf16", "forward"),
+]
+
+
+def _plans() -> list[KernelPlan]:
+    saved = dict(plan_module._memory)
+    found = {}
+    for arch, gpu in GPUS.items():
+        for batch, heads, head_dim, dtype, direction in CASES:
+            try:
+                p = plan("lstm", batch, heads, head_dim, dtype, gpu=gpu, direction=direction)
+            except PlanError:
+                continue
+            found[hashlib.sha256((render(p) + arch).encode()).hexdigest()] = p
+    plan_module._memory.clear()
+    plan_module._memory.update(saved)
+    return list(found.values())
+
+
+def _compile(p: KernelPlan, directory: Path) -> tuple[KernelPlan, str, int]:
+    source = render(p)
+    path = directory / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}_{p.arch}.cu"
+    path.write_text(source)
+    cmd = [NVCC, "-cubin", f"-arch={p.arch}", "-Xptxas", "-v", "-std=c++17", f"-I{KERNEL_DIR}",
+           "-o", str(path.with_suffix(".cubin")), str(path)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    return p, result.stdout + result.stderr, result.returncode
+
+
+def test_generated_sources_compile_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHRNN_CACHE_DIR", str(tmp_path))
+    plans = _plans()
+    assert {p.arch for p in plans} == {"sm_80", "sm_90"} and len(plans) >= 12
+    assert any(p.cluster_blocks > 1 for p in plans) and any(p.warps_k > 1 for p in plans)
+    assert any(p.smem_k_tiles > 0 for p in plans)
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(lambda p: _compile(p, tmp_path), plans))
+    problems = []
+    for p, log, rc in results:
+        where = f"{p.direction} {p.dtype} DH={p.head_dim} {p.arch} (plan {p})"
+        if rc != 0:
+            problems.append(f"{where}: nvcc failed\n{log}")
+            continue
+        spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+        regs = int(re.search(r"Used (\d+) registers", log).group(1))
+        if spills is None or spills.groups() != ("0", "0") or not re.search(r"\b0 bytes stack frame", log):
+            problems.append(f"{where}: spills or stack\n{log}")
+        if regs > p.register_budget:
+            problems.append(f"{where}: {regs} registers > budget {p.register_budget}")
+        smem = re.search(r"(\d+) bytes smem", log)
+        if smem is not None and int(smem.group(1)) != 0:
+            problems.append(f"{where}: unexpected static shared memory\n{log}")
+    assert not problems, "\n".join(problems)
+
+
+def test_missing_plan_field_hits_error(tmp_path):
+    p = plan("lstm", 16, 12, 64, "bf16", gpu="H200")
+    source = render(p).replace("#define WARPS_K", "#define NOT_WARPS_K", 1)
+    path = tmp_path / "broken.cu"
+    path.write_text(source)
+    result = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-std=c++17", f"-I{KERNEL_DIR}", "-o",
+                             str(tmp_path / "broken.cubin"), str(path)], capture_output=True, text=True)
+    assert result.returncode != 0 and "a plan field is missing" in result.stderr

@@ -1,0 +1,122 @@
+"""plan(): every shipped GPU model over a grid of shapes; limits re-checked independently of the solver."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import hwmodels
+import pytest
+
+from flashrnn_kernels.fused import plan as plan_module
+from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
+from flashrnn_kernels.fused.problem import HEAD_DIMS
+
+FUSED_GPUS = [name for name in hwmodels.available() if hwmodels.load(name).compute_capability >= (8, 0)]
+SHAPES = [(1, 48, 16), (3, 24, 32), (16, 12, 64), (17, 6, 128), (64, 3, 256), (256, 2, 512), (16, 1, 768),
+          (8, 1, 1024), (256, 48, 16), (200, 7, 64)]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHRNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(plan_module, "_memory", {})
+
+
+def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
+    """The plan's launch fits the GPU: recomputed from its fields, not from the solver's model."""
+    assert p.cluster_blocks * p.rows_per_block == p.head_dim
+    assert p.rows_per_block % 16 == 0 and p.batch_tile % 8 == 0
+    assert p.k_dim % (p.k_tile * p.warps_k) == 0 and 0 <= p.reg_k_tiles <= p.k_tiles_per_warp
+    assert p.threads <= gpu.max_threads_per_block
+    assert p.smem_bytes <= gpu.smem_per_block_optin
+    assert p.predicted_registers <= p.register_budget <= gpu.max_regs_per_thread
+    assert p.cluster_blocks == 1 or (p.cluster_blocks <= gpu.cluster_max_nonportable and p.cluster_blocks & (
+        p.cluster_blocks - 1) == 0)
+    occupancy = hwmodels.blocks_per_sm(gpu, p.threads, p.register_budget, p.smem_bytes)
+    assert occupancy.blocks_per_sm >= p.blocks_per_sm >= 1
+    assert p.batch_tiles(batch) * p.batch_tile >= batch > (p.batch_tiles(batch) - 1) * p.batch_tile
+    assert p.grid(batch) == (p.num_heads * p.cluster_blocks, p.batch_tiles(batch), 1)
+
+
+@pytest.mark.parametrize("gpu_name", FUSED_GPUS)
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_plans_fit_every_gpu(gpu_name, direction):
+    gpu = hwmodels.load(gpu_name)
+    solved = 0
+    for batch, heads, head_dim in SHAPES:
+        for dtype in ("bf16", "fp16", "fp32"):
+            start = time.perf_counter()
+            try:
+                p = plan("lstm", batch, heads, head_dim, dtype, gpu=gpu, direction=direction)
+            except PlanError as exc:
+                assert "no fused-kernel tiling" in str(exc) and gpu.name in str(exc)
+                continue
+            assert time.perf_counter() - start < 2.0, "planning must stay fast (first call budget is 5 s)"
+            assert (p.gpu, p.arch, p.direction, p.dtype) == (gpu.name, gpu.arch, direction, dtype)
+            check_limits(p, gpu, batch)
+            solved += 1
+    assert solved >= len(SHAPES)  # bf16 at least fits everywhere it is expected to
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 128, 256, 768])
+def test_h200_bf16_forward_fits_up_to_768(head_dim):
+    p = plan("lstm", 16, 1, head_dim, "bf16", gpu="H200")
+    check_limits(p, hwmodels.load("H200"), 16)
+    assert p.m_tiles == 4 and p.k_tile == 16
+
+
+def test_single_block_when_a_head_fits_one_sm():
+    p = plan("lstm", 16, 12, 64, "bf16", gpu="H200")
+    assert p.cluster_blocks == 1 and p.reg_k_tiles == p.k_tiles_per_warp  # R of one head in registers
+
+
+def test_large_head_splits_over_a_cluster_on_sm90_only():
+    assert plan("lstm", 16, 1, 768, "bf16", gpu="H200").cluster_blocks > 1
+    with pytest.raises(PlanError, match="A100"):
+        plan("lstm", 16, 1, 768, "bf16", gpu="A100-SXM4-80GB")
+
+
+def test_infeasible_quotes_the_core_and_what_fits():
+    with pytest.raises(PlanError) as info:
+        plan("lstm", 16, 1, 1024, "fp32", gpu="H200")
+    text = str(info.value)
+    assert "head_dim=1024" in text and "fp32" in text and "cannot" not in text.split(":")[0]
+    assert "use bf16/fp16" in text
+    assert isinstance(info.value.__cause__.core, list) and info.value.__cause__.core
+
+
+def test_pre_ampere_gpu_is_refused_clearly():
+    with pytest.raises(PlanError, match="sm_80 or newer"):
+        plan("lstm", 16, 1, 64, "bf16", gpu="V100-SXM2-32GB")
+
+
+def test_plan_is_cached_in_memory_and_on_disk(tmp_path):
+    first = plan("lstm", 16, 12, 64, "bf16", gpu="H200")
+    assert plan("lstm", 16, 12, 64, "bf16", gpu="H200") is first
+    files = list((tmp_path / "plans").glob("*.json"))
+    assert len(files) == 1 and KernelPlan(**json.loads(files[0].read_text())) == first
+    plan_module._memory.clear()
+    assert plan("lstm", 16, 12, 64, "bf16", gpu="H200") == first
+
+
+def test_batch_size_changes_only_the_batch_tiling():
+    a = plan("lstm", 16, 12, 64, "bf16", gpu="H200")
+    b = plan("lstm", 13, 12, 64, "bf16", gpu="H200")
+    assert dataclasses.replace(a, objective=0) == dataclasses.replace(b, objective=0) or a.batch_tile != b.batch_tile
+    assert a.grid(16) == a.grid(9)
+
+
+def test_dtype_spellings_and_bad_arguments():
+    import torch
+
+    assert plan("lstm", 4, 2, 32, torch.bfloat16, gpu="H200") == plan("lstm", 4, 2, 32, "bf16", gpu="H200")
+    with pytest.raises(ValueError, match="head_dim 48"):
+        plan("lstm", 4, 2, 48, "bf16", gpu="H200")
+    with pytest.raises(ValueError, match="int8"):
+        plan("lstm", 4, 2, 32, "int8", gpu="H200")
+    with pytest.raises(ValueError, match="direction"):
+        plan("lstm", 4, 2, 32, "bf16", gpu="H200", direction="sideways")
+    with pytest.raises(ValueError, match="known cells"):
+        plan("lsmt", 4, 2, 32, "bf16", gpu="H200")
+    assert set(HEAD_DIMS) == {16, 32, 64, 128, 256, 512, 768, 1024}
