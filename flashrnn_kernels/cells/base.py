@@ -120,6 +120,12 @@ def _to_c(node: ast.expr) -> str:
     return f"{FUNCTIONS[call.func.id][1]}({', '.join(_to_c(arg) for arg in call.args)})"
 
 
+def _like(value: Tensor | float, like: Tensor) -> Tensor:
+    if isinstance(value, Tensor) and value.shape == like.shape and value.dtype == like.dtype:
+        return value
+    return torch.as_tensor(value, dtype=like.dtype, device=like.device).expand_as(like).clone()
+
+
 @dataclass(frozen=True)
 class _Program:
     """One validated assignment list: parsed trees and the compiled torch function."""
@@ -138,11 +144,17 @@ class _Program:
         if missing or unknown:
             raise KeyError(f"{where}: expected inputs {list(self.inputs)}; missing {missing}, unexpected {unknown}")
         results = self.function(*(values[name] for name in self.inputs))
-        like = values[self.inputs[0]]  # an output that is a bare constant (e.g. "0") becomes a full tensor
-        return {
-            name: value if isinstance(value, Tensor) else torch.full_like(like, value)
-            for name, value in zip(self.outputs, results)
-        }
+        like = values[self.inputs[0]]  # an output computed from literals only (e.g. "0") becomes a full tensor
+        return {name: _like(value, like) for name, value in zip(self.outputs, results)}
+
+
+def _accept_numbers(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """`function` also called on literals (e.g. tanh(2)): numbers become 0-d tensors, which do not promote."""
+
+    def call(*args):
+        return function(*(a if isinstance(a, Tensor) else torch.tensor(float(a), dtype=torch.float64) for a in args))
+
+    return call
 
 
 def _build(assignments, inputs, outputs, where) -> _Program:
@@ -174,7 +186,7 @@ def _build(assignments, inputs, outputs, where) -> _Program:
     lines = [f"def __cell_step({', '.join(inputs)}):"]
     lines += [f"    {name} = {ast.unparse(tree)}" for name, tree in trees]
     lines.append(f"    return ({', '.join(outputs)},)")
-    namespace = {name: torch_fn for name, (_, _, torch_fn) in FUNCTIONS.items()}
+    namespace = {name: _accept_numbers(torch_fn) for name, (_, _, torch_fn) in FUNCTIONS.items()}
     exec(compile("\n".join(lines), f"<cell {where}>", "exec"), namespace)  # validated arithmetic only
     return _Program(tuple(inputs), tuple(outputs), tuple(trees), namespace["__cell_step"])
 

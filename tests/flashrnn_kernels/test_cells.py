@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashrnn_kernels.cells import CELLS, FUNCTIONS, CellSpec, CellSpecError, get_cell
 
@@ -45,7 +47,10 @@ _C_TO_PYTHON = {c_name: name for name, (_, c_name, _) in FUNCTIONS.items()}
 
 def _run_rendered_c(statements: str, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Evaluate the rendered C statements as Python (float literal suffixes and helper names mapped back)."""
-    namespace = {name: fn for name, (_, _, fn) in FUNCTIONS.items()} | dict(values)
+    def numbers_as_tensors(fn):
+        return lambda *args: fn(*(torch.as_tensor(arg, dtype=torch.float64) for arg in args))
+
+    namespace = {name: numbers_as_tensors(fn) for name, (_, _, fn) in FUNCTIONS.items()} | dict(values)
     for line in statements.splitlines():
         match = re.fullmatch(r"const float (\w+) = (.*);", line)
         assert match, f"unexpected rendered line {line!r}"
@@ -73,6 +78,31 @@ def test_rendered_cuda_means_the_same_as_torch(name):
         torch.testing.assert_close(rendered(f"dx_{g}", dx[g]), dx[g], rtol=1e-14, atol=0)
     for n in cell.states:
         torch.testing.assert_close(rendered(f"ds_{n}", ds[n]), ds[n], rtol=1e-14, atol=0)
+
+
+def _expressions():
+    leaves = st.sampled_from(["x_a", "s_h", "2", "0.5", "3.25"])
+
+    def extend(inner):
+        binary = st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+        bare = st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(lambda t: f"{t[0]} {t[1]} {t[2]}")
+        unary = inner.map(lambda e: f"-{e}")
+        call = st.tuples(st.sampled_from(["tanh", "sigmoid", "logsigmoid"]), inner).map(lambda t: f"{t[0]}({t[1]})")
+        pair = st.tuples(inner, inner).map(lambda t: f"maximum({t[0]}, {t[1]})")
+        return binary | bare | unary | call | pair
+
+    return st.recursive(leaves, extend, max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_expressions())
+def test_rendering_keeps_precedence_and_literals(expr):
+    """Unparenthesised Python (a - b * c / d, -x * y) and its fully parenthesised C text compute the same."""
+    cell = CellSpec("t", ("a",), ("h",), (("a_a", "x_a"), ("y_h", expr)), (("dx_a", "dy_h"), ("ds_h", "0")))
+    values = {"x_a": torch.linspace(-3, 3, 13, dtype=torch.float64), "s_h": torch.full((13,), 0.75).double()}
+    y, _ = cell.torch_forward({"a": values["x_a"]}, {"h": values["s_h"]})
+    rendered = torch.as_tensor(_run_rendered_c(cell.cuda_forward(), values)["y_h"], dtype=torch.float64)
+    torch.testing.assert_close(rendered.expand_as(y["h"]), y["h"], rtol=0, atol=0, equal_nan=True)
 
 
 def test_lstm_is_torch_formulation():
