@@ -211,7 +211,7 @@ class _PythonReader:
             self.dots += [(number, len(code[: m.start()].encode())) for m in _DOTS.finditer(code)]
             prepared.append(_DOTS.sub(" ,", code) + hash_ + comment)
         self.lines = prepared
-        self.plain = "\n".join(plain)
+        self.plain = [line.encode() for line in plain]  # as written, less indentation: for constraint names
         self.source = "\n".join(prepared)
 
     def read(self) -> Model:
@@ -259,7 +259,7 @@ class _PythonReader:
         return line, self.indent[line - 1] + chars + 1
 
     def text(self, node: ast.AST) -> str:
-        return _clean(ast.get_source_segment(self.plain, node) or "")
+        return _clean(self._segment(node, node))
 
     def _declaration(self, node: ast.AST) -> tuple[str, _Declared] | None:
         """(name, domain) when `node` is `NAME == [values]`, `NAME in [values]` or `NAME in [lo..hi]`."""
@@ -358,7 +358,7 @@ class _PythonReader:
         pos = self.pos(left)
         if type(op) in _PY_HINTS:
             raise ParseError(_PY_HINTS[type(op)], *pos)
-        text = self.text(node) if len(node.ops) == 1 else _clean(self.plain_between(left, right))
+        text = self.text(node) if len(node.ops) == 1 else _clean(self._segment(left, right))
         lookup = self.builder.var
         if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(left, ast.List) and not isinstance(right, ast.List):
             left, right = right, left
@@ -386,11 +386,13 @@ class _PythonReader:
         named = [(c, c.text() if negate else text) for c in atoms]
         return [[atom] for atom in named] if conjunction else [named]
 
-    def plain_between(self, left: ast.AST, right: ast.AST) -> str:
-        """The source text from the start of `left` to the end of `right`."""
-        span = ast.Constant(value=0, lineno=left.lineno, col_offset=left.col_offset,
-                            end_lineno=right.end_lineno, end_col_offset=right.end_col_offset)
-        return ast.get_source_segment(self.plain, span) or ""
+    def _segment(self, first: ast.AST, last: ast.AST) -> str:
+        """The text as written from the start of `first` to the end of `last`."""
+        lines = self.plain[first.lineno - 1: last.end_lineno]
+        if len(lines) == 1:
+            return lines[0][first.col_offset: last.end_col_offset].decode()
+        inner = [lines[0][first.col_offset:], *lines[1:-1], lines[-1][: last.end_col_offset]]
+        return b"\n".join(inner).decode()
 
     def _call(self, node: ast.Call) -> Constraint:
         pos = self.pos(node)
