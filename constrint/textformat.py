@@ -136,15 +136,19 @@ def _fold(op: str, a: int, b: int, pos: Pos) -> int:
 def _apply(op: str, a: Value, b: Value, pos: Pos) -> Value:
     if isinstance(a, int) and isinstance(b, int):
         return _fold(op, a, b, pos)
-    with _located(pos):
+    try:
         return _OPERATORS[op](a, b)
+    except ConstrintError as exc:
+        raise ParseError(str(exc), *pos) from None
 
 
 def _compare(a: Value, op: str, b: Value, pos: Pos) -> Constraint:
     if isinstance(a, int) and isinstance(b, int):
         raise ParseError(f"'{a} {op} {b}' compares constants only; a constraint needs a variable", *pos)
-    with _located(pos):
+    try:
         return _COMPARISONS[op](a, b)
+    except ConstrintError as exc:
+        raise ParseError(str(exc), *pos) from None
 
 
 def _clean(segment: str) -> str:
@@ -254,9 +258,10 @@ class _PythonReader:
             raise ParseError(str(exc), before.count("\n") + 1, len(before.rsplit("\n", 1)[-1]) + 1) from None
 
     def pos(self, node: ast.AST) -> Pos:
-        line = node.lineno
-        chars = len(self.lines[line - 1].encode()[: node.col_offset].decode(errors="ignore"))
-        return line, self.indent[line - 1] + chars + 1
+        line, offset = node.lineno, node.col_offset  # a byte offset into the line
+        if not self.lines[line - 1].isascii():
+            offset = len(self.lines[line - 1].encode()[:offset].decode(errors="ignore"))
+        return line, self.indent[line - 1] + offset + 1
 
     def text(self, node: ast.AST) -> str:
         return _clean(self._segment(node, node))
@@ -290,8 +295,7 @@ class _PythonReader:
 
     def _interval(self, node: ast.List) -> tuple[ast.AST, ast.AST] | None:
         """(lo, hi) when `node` was written `[lo..hi]`; None for a list of values."""
-        start, end = (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
-        dots = [d for d in self.dots if start <= d < end]
+        dots = self._dots_in(node)
         if not dots:
             return None
         lo, hi = (node.elts + [node, node])[:2]
@@ -302,11 +306,14 @@ class _PythonReader:
 
     def _refuse_dots(self, node: ast.AST) -> None:
         """Raise at the first `..` inside `node`, which did not form an interval."""
-        start, end = (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
-        for line, column in self.dots:
-            if start <= (line, column) < end:
-                dots = ast.Constant(value=0, lineno=line, col_offset=column)
-                raise ParseError(_DOTS_HINT, *self.pos(dots))
+        for line, column in self._dots_in(node):
+            raise ParseError(_DOTS_HINT, *self.pos(ast.Constant(value=0, lineno=line, col_offset=column)))
+
+    def _dots_in(self, node: ast.AST) -> list[tuple[int, int]]:
+        """The `..` inside `node`, as (line, byte column)."""
+        first = bisect.bisect_left(self.dots, (node.lineno, node.col_offset))
+        last = bisect.bisect_left(self.dots, (node.end_lineno, node.end_col_offset))
+        return self.dots[first:last]
 
     def _expr(self, node: ast.AST, lookup: Lookup) -> Value:
         pos = self.pos(node)
