@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .cells import CellSpec, get_cell
+from .fused.problem import HEAD_DIMS
 from .fused.reference import flashrnn_reference
 from .validation import FUSED_DTYPES, check_contiguous, check_dtype, check_same_dtype_and_device, check_shapes
 
@@ -28,8 +29,8 @@ def _cupy_importable() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
-def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell: CellSpec) -> str:
-    """"fused" or "reference" for inputs on `device` in `dtype`; "auto" warns once when it falls back."""
+def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell: CellSpec, head_dim: int) -> str:
+    """"fused" or "reference" for these inputs; "auto" warns once per reason when it falls back to the reference."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {list(BACKENDS)}")
     if backend == "reference":
@@ -52,6 +53,8 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
         reason = f"inputs are on {device} and the fused kernel needs CUDA"
     elif not registered:
         reason = f"the fused kernel does not implement cell {cell.name!r} (fused cells: {sorted(FUSED_CELLS)})"
+    elif head_dim not in HEAD_DIMS:
+        reason = f"the fused kernel does not support head_dim={head_dim} (supported: {list(HEAD_DIMS)})"
     elif dtype not in FUSED_DTYPES:
         reason = f"the fused kernel does not support {dtype} (supported: {[str(d) for d in FUSED_DTYPES]})"
     elif not _cupy_importable():
@@ -85,7 +88,8 @@ def flashrnn(
     cell: a name in `flashrnn_kernels.cells.CELLS` ("lstm", "gru", "slstm", "elman") or a CellSpec; the fused
     kernel implements the cells in FUSED_CELLS, the reference runs any cell.
     backend: "fused" (CUDA kernel), "reference" (PyTorch loop, any device) or "auto" (fused for CUDA
-    tensors, else the reference with a one-time warning). dtype: cast all inputs to it first.
+    tensors whose cell, dtype and head dim the kernel supports, else the reference with a one-time warning).
+    dtype: cast all inputs to it first.
     Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.
     """
     spec = get_cell(cell)
@@ -100,7 +104,7 @@ def flashrnn(
         tensors = {name: tensor.to(dtype) for name, tensor in tensors.items()}
     check_same_dtype_and_device(tensors)
     Wx, R, b = tensors["Wx"], tensors["R"], tensors["b"]
-    chosen = choose_backend(backend, Wx.device, Wx.dtype, spec)
+    chosen = choose_backend(backend, Wx.device, Wx.dtype, spec, shape.head_dim)
     check_dtype(Wx.dtype, chosen)
     states = tensors.get("states")
     if states is None:

@@ -141,7 +141,7 @@ def test_auto_choice_for_cuda_devices(monkeypatch, dtype, cupy, expected, reason
     monkeypatch.setattr(dispatch, "_cupy_importable", lambda: cupy)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        chosen = dispatch.choose_backend("auto", torch.device("cuda"), dtype, get_cell("lstm"))
+        chosen = dispatch.choose_backend("auto", torch.device("cuda"), dtype, get_cell("lstm"), 64)
     assert chosen == expected
     messages = [str(w.message) for w in caught if issubclass(w.category, ReferenceFallbackWarning)]
     if reason is None:
@@ -154,7 +154,7 @@ def test_unregistered_cell_runs_on_reference_only():
     lstm = get_cell("lstm")
     custom = type(lstm)("lstm", lstm.gates, lstm.states, lstm.forward, lstm.backward)
     with pytest.raises(ValueError, match=r"backend='fused' has no kernel for cell 'lstm'"):
-        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, custom)
+        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, custom, 64)
     inputs = _inputs(dtype=torch.float64)
     torch.testing.assert_close(
         flashrnn(**inputs, cell=custom, backend="reference"), flashrnn(**inputs, backend="reference")
@@ -174,6 +174,13 @@ def test_auto_runs_cells_without_a_fused_kernel_on_the_reference(monkeypatch):
     monkeypatch.setattr(dispatch, "_warned", set())
     monkeypatch.setattr(dispatch, "_cupy_importable", lambda: True)
     with pytest.warns(ReferenceFallbackWarning, match=r"does not implement cell 'gru'"):
-        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("gru")) == "reference"
+        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("gru"), 64) == "reference"
     with pytest.raises(ValueError, match=r"backend='fused' has no kernel for cell 'gru'; fused cells: \['lstm'\]"):
-        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, get_cell("gru"))
+        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, get_cell("gru"), 64)
+
+
+def test_auto_runs_unsupported_head_dims_on_the_reference(monkeypatch):
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch, "_cupy_importable", lambda: True)
+    with pytest.warns(ReferenceFallbackWarning, match=r"does not support head_dim=24 \(supported: \[16, 32"):
+        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("lstm"), 24) == "reference"
