@@ -1,0 +1,90 @@
+"""Propagators never remove a value that belongs to a solution, and decide fixed inputs exactly."""
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constrint import propagate as P
+from constrint.domain import divisors
+from constrint.store import Conflict, Store
+
+
+def _store(domains):
+    s = Store()
+    for vals in domains:
+        s.new_var(min(vals), max(vals), frozenset(vals))
+    s.queued[:] = []
+    return s
+
+
+RELATIONS = {
+    "times": (lambda x, y, z: z == x * y, lambda: P.Times(0, 1, 2)),
+    "floordiv": (lambda x, y, z: y != 0 and z == x // y, lambda: P.FloorDiv(0, 1, 2)),
+    "mod": (lambda x, y, z: y != 0 and z == x % y, lambda: P.Mod(0, 1, 2)),
+    "divides": (lambda x, y, z: x != 0 and y % x == 0, lambda: P.Divides(0, 1)),
+    "power3": (lambda x, y, z: y == x**3, lambda: P.Power(0, 3, 1)),
+    "power2": (lambda x, y, z: y == x**2, lambda: P.Power(0, 2, 1)),
+    "linear_eq": (lambda x, y, z: 2 * x - 3 * y + z == 1, lambda: P.Linear([(2, 0), (-3, 1), (1, 2)], -1, P.EQ)),
+    "linear_le": (lambda x, y, z: 4 * x + y - 2 * z <= 3, lambda: P.Linear([(4, 0), (1, 1), (-2, 2)], -3, P.LE)),
+    "linear_ne": (lambda x, y, z: x - y != 2, lambda: P.Linear([(1, 0), (-1, 1)], -2, P.NE)),
+    "alldiff": (lambda x, y, z: len({x, y, z}) == 3, lambda: P.AllDifferent([0, 1, 2])),
+}
+
+domain = st.sets(st.integers(-9, 30), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(sorted(RELATIONS)), domain, domain, domain)
+def test_propagation_is_sound_and_exact_when_fixed(name, dx, dy, dz):
+    relation, make = RELATIONS[name]
+    s = _store([dx, dy, dz])
+    prop = make()
+    support = [t for t in itertools.product(sorted(dx), sorted(dy), sorted(dz)) if relation(*t)]
+    try:
+        for _ in range(10):  # a few rounds stand in for the fixpoint loop
+            prop.propagate(s)
+    except Conflict:
+        assert not support
+        return
+    for t in support:
+        for i, v in enumerate(t):
+            assert s.lo[i] <= v <= s.hi[i] and (s.vs[i] is None or v in s.vs[i])
+    fixed = all(s.lo[i] == s.hi[i] for i in prop.vars)
+    if fixed:
+        assert support, f"{name} accepted fixed values that violate it"
+
+
+def test_fixed_multiple_restricts_divisor_to_divisors():
+    s = Store()
+    d, n = s.new_var(1, 10**12), s.new_var(360, 360)
+    P.Divides(d, n).propagate(s)
+    assert sorted(s.vs[d]) == list(divisors(360))
+
+
+def test_fixed_divisor_gives_congruence_on_huge_domain():
+    s = Store()
+    x, y, z = s.new_var(1, 10**12), s.new_var(48, 48), s.new_var(1, 10**15)
+    P.Times(x, y, z).propagate(s)
+    assert s.md[z] == 48 and s.lo[z] == 48 and s.hi[z] == 48 * 10**12
+    t = Store()
+    a, b = t.new_var(1, 10**12), t.new_var(1000, 1000)
+    P.Divides(b, a).propagate(t)
+    assert (t.md[a], t.rs[a], t.lo[a]) == (1000, 0, 1000)
+
+
+def test_any_of_prunes_the_last_possible_disjunct():
+    from constrint import Model
+    from constrint.flatten import Flattener
+
+    m = Model()
+    x = m.int_var(0, 100, "x")
+    y = m.int_var(0, 100, "y")
+    flat = Flattener([x, y])
+    flat.add(y <= 10)
+    flat.add(m.any_of([y >= 50, x + y >= 90]))
+    from constrint.search import root_fixpoint
+
+    assert root_fixpoint(flat.store, flat.props)
+    assert flat.store.lo[0] == 80  # y >= 50 is impossible, so x + y >= 90 with y <= 10

@@ -1,0 +1,115 @@
+"""Search: node budgets on huge divisibility domains, kernel models, blocks agree with branching."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from constrint import Model, TimeLimit
+from constrint.components import solve_parts
+from constrint.flatten import Flattener
+from constrint.search import Search
+
+from constrint_kernel_models import PREFER, kernel_tile_model
+
+
+def _search(m: Model, prefer=(), **kw) -> Search:
+    flat = Flattener(list(m.variables.values()))
+    for c in m.constraints:
+        flat.add(c)
+    return Search(flat.store, flat.props, flat.n_user, m._prefer(list(prefer)), constraints=m.constraints,
+                  domains=m._domains(), **kw)
+
+
+def test_huge_domains_finish_by_propagation():
+    m = Model()
+    x = m.int_var(1, 10**12, "x")
+    y = m.int_var(1, 10**12, "y")
+    t = m.int_var(values=[16, 32, 64, 128], name="t")
+    m.add(m.divides(t, x))
+    m.add(x * y == 2**36 * 3**5)
+    m.add(y % 27 == 0)
+    m.add(x >= 10**9)
+    search = _search(m, prefer=[("x", "max"), ("t", "max")])
+    first = next(search.run())
+    assert search.nodes <= 60
+    expected_x = max(d for d in _divs(2**36 * 3**5) if d >= 10**9 and (2**36 * 3**5 // d) % 27 == 0 and d % 16 == 0)
+    assert first[0] == expected_x and first[2] == 128
+
+
+def _divs(n):
+    from constrint.domain import divisors
+
+    return divisors(n)
+
+
+def test_infeasible_huge_divisibility_is_proved_at_the_root():
+    m = Model()
+    x = m.int_var(1, 10**12, "x")
+    m.add(x % 6 == 0)
+    m.add(x % 10 == 5)
+    search = _search(m)
+    assert list(search.run()) == [] and search.nodes == 0
+
+
+def test_kernel_model_first_preferred_solution_within_node_budget():
+    m = kernel_tile_model()
+    sol = m.solve(prefer=PREFER)
+    assert all(c.holds(sol) for c in m.constraints)
+    # preferences: the fewest forward blocks, and no feasible plan with as few blocks has more warps
+    fw_only = kernel_tile_model(passes=("FW",))
+    fw_only.add(fw_only.var("FW_BLOCKS") <= sol["FW_BLOCKS"] - 1)
+    assert fw_only.count() == 0 if sol["FW_BLOCKS"] > 1 else True
+    search = _search(kernel_tile_model(passes=("FW",)), prefer=[p for p in PREFER if p[0].startswith("FW")])
+    next(search.run())
+    assert search.nodes <= 400
+
+
+def test_blocks_and_branching_enumerate_the_same_solutions():
+    def gemm():
+        m = Model()
+        bm = m.int_var(values=[16, 32, 64, 128], name="bm")
+        bn = m.int_var(values=[16, 32, 64, 128], name="bn")
+        wm = m.int_var(values=[8, 16, 32], name="wm")
+        wn = m.int_var(values=[8, 16, 32], name="wn")
+        w = m.int_var(values=[1, 2, 4, 8], name="w")
+        st = m.int_var(1, 4, "st")
+        m.add(bm % wm == 0)
+        m.add(m.divides(wn, bn))
+        m.add((bm // wm) * (bn // wn) == w)
+        m.add((bm + bn) * 32 * st * 2 <= 32768)
+        return m
+
+    a = _search(gemm(), block_rows=1 << 14)
+    b = _search(gemm(), block_rows=0)
+    rows_a, rows_b = list(a.run()), list(b.run())
+    assert sorted(rows_a) == sorted(rows_b) and len(set(rows_a)) == len(rows_a) > 50
+    assert b.nodes > a.nodes
+
+
+def test_time_limit_in_search():
+    m = Model()
+    xs = [m.int_var(0, 30, f"x{i}") for i in range(12)]
+    m.add(sum(x * (i + 1) for i, x in enumerate(xs)) == 1_001)  # feasible, with a huge number of solutions
+    m.add(m.all_different(xs))
+    started = time.perf_counter()
+    with pytest.raises(TimeLimit):
+        m.count(time_limit=0.2)
+    assert time.perf_counter() - started < 5
+
+
+def test_components_are_solved_separately():
+    m = Model()
+    a = [m.int_var(0, 9, f"a{i}") for i in range(6)]
+    b = [m.int_var(0, 9, f"b{i}") for i in range(6)]
+    m.add(sum(a) == 53)  # impossible with 6 digits summing to at most 54 only if all but one are 9
+    m.add(m.all_different(b))
+    m.add(sum(b) == 100)  # impossible: at most 9+8+...+4 = 39
+    flat = Flattener(list(m.variables.values()))
+    for c in m.constraints:
+        flat.add(c)
+    started = time.perf_counter()
+    assert next(solve_parts(flat.store, flat.props, flat.n_user, m.constraints, m._domains(), [], None, 0),
+                None) is None
+    assert time.perf_counter() - started < 2
+    assert m.count() == 0
