@@ -26,11 +26,6 @@ answer is re-checked against the original constraints before it is returned.
 """
 from .errors import ConstrintError, Infeasible, ParseError, TimeLimit
 from .model import Model, Solution
+from .textformat import parse
 
 __all__ = ["Model", "Solution", "parse", "ConstrintError", "ParseError", "Infeasible", "TimeLimit"]
-
-try:
-    from .textformat import parse
-except ModuleNotFoundError as exc:  # the text format module is written separately; keep the core importable
-    if exc.name != f"{__name__}.textformat":
-        raise
