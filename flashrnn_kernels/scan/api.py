@@ -1,0 +1,97 @@
+"""Public scan ops with input checks: CUDA tensors go to the fused kernels, CPU tensors to the reference loop."""
+from __future__ import annotations
+
+import torch
+
+from . import reference
+from .function import TORCH_DTYPES, ScanFunction
+
+REFERENCE_DTYPES = (*TORCH_DTYPES, torch.float64)
+
+
+def _check(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...], h0: torch.Tensor | None) -> None:
+    first = tensors[0]
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [B, T, D], got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be [B, T, D] (3-D), got shape {tuple(t.shape)}")
+        if t.shape != first.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but {names[0]} has {tuple(first.shape)}; "
+                             "all inputs must have the same [B, T, D]")
+        if t.device != first.device:
+            raise ValueError(f"{name} is on {t.device} but {names[0]} is on {first.device}; use one device")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{name} is {t.dtype} but {names[0]} is {first.dtype}; use one dtype")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous [B, T, D] (strides {t.stride()}); call .contiguous()")
+    allowed = TORCH_DTYPES if first.is_cuda else REFERENCE_DTYPES
+    if first.dtype not in allowed:
+        raise TypeError(f"unsupported dtype {first.dtype} on {first.device}; use one of {tuple(allowed)}")
+    if h0 is not None:
+        B, _, D = first.shape
+        if not isinstance(h0, torch.Tensor) or h0.shape != (B, D):
+            shape = tuple(h0.shape) if isinstance(h0, torch.Tensor) else type(h0).__name__
+            raise ValueError(f"h0 must be a [B, D] = [{B}, {D}] tensor, got {shape}")
+        if h0.device != first.device or h0.dtype != first.dtype:
+            raise TypeError(f"h0 is {h0.dtype} on {h0.device}; it must match the inputs ({first.dtype} on "
+                            f"{first.device})")
+
+
+def _scan(cell: str, names: tuple[str, ...], inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None,
+          loop) -> torch.Tensor:
+    _check(names, inputs, h0)
+    if not inputs[0].is_cuda:
+        return loop(*inputs, h0)
+    return ScanFunction.apply(cell, None if h0 is None else h0.contiguous(), *inputs)
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """h_t = a_t * h_{t-1} + b_t over time. a, b: [B, T, D]; h0: [B, D] or None (zeros). Returns h: [B, T, D]."""
+    return _scan("linear", ("a", "b"), (a, b), h0, reference.linear_scan_loop)
+
+
+def min_gru_scan(k: torch.Tensor, h_pre: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """minGRU from projected inputs, gates and scan fused. k, h_pre: [B, T, H]; h0: [B, H]. Returns h: [B, T, H]."""
+    return _scan("min_gru", ("k", "h_pre"), (k, h_pre), h0, reference.min_gru_loop)
+
+
+def min_lstm_scan(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
+                  h0: torch.Tensor | None = None) -> torch.Tensor:
+    """minLSTM from projected inputs, gates and scan fused. f, i, h_pre: [B, T, H]; h0: [B, H]. Returns [B, T, H]."""
+    return _scan("min_lstm", ("f", "i", "h_pre"), (f, i, h_pre), h0, reference.min_lstm_loop)
+
+
+def _project(x: torch.Tensor, weights: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"x must be [B, T, D_in], got {tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
+    out = []
+    for name, w in weights.items():
+        if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != x.shape[-1]:
+            shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+            raise ValueError(f"{name} must be [H, D_in] with D_in = {x.shape[-1]}, got {shape}")
+        if w.shape[0] != next(iter(weights.values())).shape[0]:
+            raise ValueError(f"{name} has {w.shape[0]} rows; all weights need the same hidden size H")
+        out.append(torch.matmul(x, w.t()).contiguous())
+    return out
+
+
+def min_gru(x: torch.Tensor, W_z: torch.Tensor, W_h: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """minGRU layer. x: [B, T, D_in]; W_z, W_h: [H, D_in]; h0: [B, H] or None. Returns h: [B, T, H].
+
+    k = x W_z^T and h_pre = x W_h^T (torch matmul), then one fused kernel: z = sigmoid(k),
+    h_t = (1 - z_t) h_{t-1} + z_t g(h_pre_t).
+    """
+    k, h_pre = _project(x, {"W_z": W_z, "W_h": W_h})
+    return min_gru_scan(k, h_pre, h0)
+
+
+def min_lstm(x: torch.Tensor, W_f: torch.Tensor, W_i: torch.Tensor, W_h: torch.Tensor,
+             h0: torch.Tensor | None = None) -> torch.Tensor:
+    """minLSTM layer. x: [B, T, D_in]; W_f, W_i, W_h: [H, D_in]; h0: [B, H] or None. Returns h: [B, T, H].
+
+    Projections by torch matmul, then one fused kernel: f' = f / (f + i), i' = i / (f + i) with f, i the sigmoid
+    gates, h_t = f'_t h_{t-1} + i'_t g(h_pre_t).
+    """
+    f, i, h_pre = _project(x, {"W_f": W_f, "W_i": W_i, "W_h": W_h})
+    return min_lstm_scan(f, i, h_pre, h0)

@@ -1,0 +1,60 @@
+"""nn.Modules for minGRU and minLSTM: whole sequences through the fused kernel, or one step at a time."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .api import min_gru, min_lstm
+
+
+def _weight(hidden_size: int, input_size: int) -> nn.Parameter:
+    bound = 1.0 / math.sqrt(input_size)
+    return nn.Parameter(torch.empty(hidden_size, input_size).uniform_(-bound, bound))
+
+
+def _check_step(x_t: torch.Tensor, h: torch.Tensor | None, hidden_size: int) -> None:
+    if x_t.dim() != 2:
+        raise ValueError(f"step takes x_t: [B, D_in], got shape {tuple(x_t.shape)}")
+    if h is not None and h.shape != (x_t.shape[0], hidden_size):
+        raise ValueError(f"step takes h: [B, H] = [{x_t.shape[0]}, {hidden_size}], got {tuple(h.shape)}")
+
+
+class MinGRU(nn.Module):
+    """minGRU: h_t = (1 - z_t) h_{t-1} + z_t g(W_h x_t), z_t = sigmoid(W_z x_t). Weights W_z, W_h: [H, D_in]."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.W_z = _weight(hidden_size, input_size)
+        self.W_h = _weight(hidden_size, input_size)
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, T, D_in]; h0: [B, H] or None. Returns h: [B, T, H]."""
+        return min_gru(x, self.W_z, self.W_h, h0)
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        """One step for autoregressive use. x_t: [B, D_in]; h: [B, H] or None. Returns the new h: [B, H]."""
+        _check_step(x_t, h, self.hidden_size)
+        return self.forward(x_t.unsqueeze(1), h)[:, 0]
+
+
+class MinLSTM(nn.Module):
+    """minLSTM: h_t = f'_t h_{t-1} + i'_t g(W_h x_t) with f', i' the normalised sigmoid gates of W_f x_t, W_i x_t."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.W_f = _weight(hidden_size, input_size)
+        self.W_i = _weight(hidden_size, input_size)
+        self.W_h = _weight(hidden_size, input_size)
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, T, D_in]; h0: [B, H] or None. Returns h: [B, T, H]."""
+        return min_lstm(x, self.W_f, self.W_i, self.W_h, h0)
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        """One step for autoregressive use. x_t: [B, D_in]; h: [B, H] or None. Returns the new h: [B, H]."""
+        _check_step(x_t, h, self.hidden_size)
+        return self.forward(x_t.unsqueeze(1), h)[:, 0]
