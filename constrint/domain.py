@@ -59,10 +59,6 @@ class Domain:
         return f"[{self.lo}..{self.hi}]"
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -((-a) // b)
-
-
 def crt(r1: int, m1: int, r2: int, m2: int) -> tuple[int, int] | None:
     """(r, m) with x = r (mod m) iff x = r1 (mod m1) and x = r2 (mod m2); None when incompatible."""
     g = math.gcd(m1, m2)
@@ -152,10 +148,3 @@ def divisors(n: int) -> tuple[int, ...]:
     for p, e in factorize(abs(n)):
         divs = [d * p**k for d in divs for k in range(e + 1)]
     return tuple(sorted(divs))
-
-
-def divisor_count_bound(n: int) -> int:
-    count = 1
-    for _, e in factorize(abs(n)):
-        count *= e + 1
-    return count

@@ -9,10 +9,10 @@ from __future__ import annotations
 from math import gcd
 
 from .constraints import AllDifferent, AnyOf, Compare, Constraint, Divides
+from .disjunction import AnyOf as AnyOfProp
 from .expr import BinOp, IntVar, Neg, Operand, binary_interval, pow_interval
 from .propagate import EQ, LE, NE
 from .propagate import AllDifferent as AllDifferentProp
-from .propagate import AnyOf as AnyOfProp
 from .propagate import Divides as DividesProp
 from .propagate import FloorDiv, Linear, Mod, Power, Times
 from .store import Store

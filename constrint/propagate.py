@@ -9,7 +9,7 @@ from __future__ import annotations
 from math import gcd
 
 from .domain import divisors, solve_congruence
-from .expr import interval, iroot
+from .expr import iroot
 from .store import Conflict, Store
 
 LE, EQ, NE = "<=", "==", "!="
@@ -135,11 +135,12 @@ def _quotient_bounds(zlo: int, zhi: int, ylo: int, yhi: int) -> tuple[int, int]:
 class Times:
     """z = x * y."""
 
-    __slots__ = ("x", "y", "z", "vars")
+    __slots__ = ("x", "y", "z", "vars", "done")
 
     def __init__(self, x: int, y: int, z: int) -> None:
         self.x, self.y, self.z = x, y, z
         self.vars = (x, y, z)
+        self.done: tuple | None = None  # (v, m_u, r_u, m_z, r_z) after the last congruence step
 
     def propagate(self, s: Store) -> None:
         lo, hi = s.lo, s.hi
@@ -172,19 +173,25 @@ class Times:
                     ql, qh = _quotient_bounds(lo[z], hi[z], vl, vh)
                     s.set_lo(u, ql)
                     s.set_hi(u, qh)
+        md, rs = s.md, s.rs
         for u, v in ((x, y), (y, x)):
             vl = lo[v]
             if vl == hi[v]:
                 if vl == 0:
                     s.fix(z, 0)
-                else:  # z = v * u: z = v * r_u (mod |v| * m_u); v * u = r_z (mod m_z)
-                    s.congruence(z, vl * s.rs[u], abs(vl) * s.md[u])
-                    if s.md[z] > 1 and lo[u] != hi[u]:
-                        sol = solve_congruence(vl, s.rs[z], s.md[z])
-                        if sol is None:
-                            raise Conflict
-                        if sol[1] > 1:
-                            s.congruence(u, sol[0], sol[1])
+                    continue
+                state = (vl, md[u], rs[u], md[z], rs[z])
+                if state == self.done:  # the congruences below changed nothing in this very state
+                    continue
+                # z = v * u: z = v * r_u (mod |v| * m_u); v * u = r_z (mod m_z)
+                s.congruence(z, vl * rs[u], abs(vl) * md[u])
+                if md[z] > 1 and lo[u] != hi[u]:
+                    sol = solve_congruence(vl, rs[z], md[z])
+                    if sol is None:
+                        raise Conflict
+                    if sol[1] > 1:
+                        s.congruence(u, sol[0], sol[1])
+                self.done = (vl, md[u], rs[u], md[z], rs[z])
         zl, zh = lo[z], hi[z]
         if zl == zh:
             if zl != 0:
@@ -376,59 +383,3 @@ class AllDifferent:
                     for v in seen:
                         if lo[x] <= v <= hi[x]:
                             s.remove(x, v)
-
-
-class AnyOf:
-    """At least one disjunct holds; each disjunct is judged on the bounds of the user variables.
-
-    A disjunct is impossible when interval reasoning (exact once its variables are fixed) rules it out.
-    When one disjunct is left and it compiled to propagators over user variables, they run.
-    """
-
-    __slots__ = ("items", "direct", "vars")
-
-    def __init__(self, items: list, direct: list, xs: list[int]) -> None:
-        self.items, self.direct, self.vars = items, direct, tuple(xs)
-
-    def propagate(self, s: Store) -> None:
-        alive = [k for k, c in enumerate(self.items) if possible(c, s.lo, s.hi)]
-        if not alive:
-            raise Conflict
-        if len(alive) == 1:
-            for p in self.direct[alive[0]]:
-                p.propagate(s)
-
-
-def possible(c, lo: list[int], hi: list[int]) -> bool:
-    """False when constraint `c` cannot hold for any values within the bounds."""
-    kind = type(c).__name__
-    if kind == "Compare":
-        a = interval(c.lhs, lo, hi)
-        b = interval(c.rhs, lo, hi)
-        if a is None or b is None:
-            return False
-        op = c.op
-        if op == "==":
-            return a[0] <= b[1] and b[0] <= a[1]
-        if op == "!=":
-            return not (a[0] == a[1] == b[0] == b[1])
-        if op == "<=":
-            return a[0] <= b[1]
-        if op == "<":
-            return a[0] < b[1]
-        if op == ">=":
-            return a[1] >= b[0]
-        return a[1] > b[0]
-    if kind == "AnyOf":
-        return any(possible(d, lo, hi) for d in c.items)
-    if kind == "Divides":
-        d = interval(c.divisor, lo, hi)
-        n = interval(c.multiple, lo, hi)
-        if d is None or n is None or d == (0, 0):
-            return False
-        return not (d[0] == d[1] and n[0] == n[1] and n[0] % d[0])
-    fixed = [interval(x, lo, hi) for x in c.items]  # AllDifferent
-    if any(r is None for r in fixed):
-        return False
-    vals = [r[0] for r in fixed if r[0] == r[1]]
-    return len(set(vals)) == len(vals)

@@ -72,19 +72,3 @@ def test_fixed_divisor_gives_congruence_on_huge_domain():
     a, b = t.new_var(1, 10**12), t.new_var(1000, 1000)
     P.Divides(b, a).propagate(t)
     assert (t.md[a], t.rs[a], t.lo[a]) == (1000, 0, 1000)
-
-
-def test_any_of_prunes_the_last_possible_disjunct():
-    from constrint import Model
-    from constrint.flatten import Flattener
-
-    m = Model()
-    x = m.int_var(0, 100, "x")
-    y = m.int_var(0, 100, "y")
-    flat = Flattener([x, y])
-    flat.add(y <= 10)
-    flat.add(m.any_of([y >= 50, x + y >= 90]))
-    from constrint.search import root_fixpoint
-
-    assert root_fixpoint(flat.store, flat.props)
-    assert flat.store.lo[0] == 80  # y >= 50 is impossible, so x + y >= 90 with y <= 10

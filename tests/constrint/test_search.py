@@ -102,9 +102,9 @@ def test_components_are_solved_separately():
     m = Model()
     a = [m.int_var(0, 9, f"a{i}") for i in range(6)]
     b = [m.int_var(0, 9, f"b{i}") for i in range(6)]
-    m.add(sum(a) == 53)  # impossible with 6 digits summing to at most 54 only if all but one are 9
+    m.add(sum(a) == 53)  # feasible on its own: five 9s and an 8
     m.add(m.all_different(b))
-    m.add(sum(b) == 100)  # impossible: at most 9+8+...+4 = 39
+    m.add(sum(b) == 100)  # infeasible on its own: six different digits sum to at most 39
     flat = Flattener(list(m.variables.values()))
     for c in m.constraints:
         flat.add(c)
