@@ -9,7 +9,7 @@ import pytest
 import hwmodels
 from hwmodels.cli import main
 
-import fake_cupy
+from tests.hwmodels import fake_cupy
 
 
 def test_list(capsys):

@@ -9,7 +9,7 @@ import pytest
 import hwmodels
 from hwmodels import DetectError, HwModelWarning, Mismatch
 
-import fake_cupy
+from tests.hwmodels import fake_cupy
 
 H200 = hwmodels.load("H200-SXM-141GB")
 H200_LIVE_MEMORY = 143_771 * 1024**2  # what the driver reports for a 141 GB H200
