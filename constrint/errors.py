@@ -8,6 +8,13 @@ class ConstrintError(ValueError):
     """Bad input to the solver: the message names the bad value and what would work."""
 
 
+class UnknownVariable(ConstrintError, KeyError):
+    """A variable name that the model does not have (also a KeyError, as a failed lookup)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class ParseError(ConstrintError):
     """A syntax error in model text, located by 1-based `line` and `column`."""
 

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
-from .errors import ConstrintError, Infeasible
+from .errors import ConstrintError, Infeasible, UnknownVariable
 from .check import verifier
 from .components import count_parts, solve_parts
 from .explain import minimal_core
@@ -90,10 +90,13 @@ class Model:
         try:
             return self._vars[name]
         except KeyError:
-            raise ConstrintError(f"no variable named {name!r}; known: {_names(self._vars)}") from None
+            raise UnknownVariable(f"no variable named {name!r}; known: {_names(self._vars)}") from None
 
     def add(self, constraint: Constraint, name: str | None = None) -> Constraint:
-        """Add a constraint (a comparison, divides, all_different or any_of); `name` labels it in messages."""
+        """Add a constraint (a comparison, divides, all_different or any_of); `name` labels it in messages.
+
+        An assignment under which the constraint's expression is undefined (x // 0, x % 0) violates it.
+        """
         if not isinstance(constraint, Constraint):
             hint = " (a comparison of plain numbers is already a bool)" if isinstance(constraint, bool) else ""
             raise ConstrintError(f"Model.add takes a constraint such as x <= 4, got {constraint!r}{hint}")
@@ -117,6 +120,7 @@ class Model:
     def solve(self, prefer: Prefer | None = None, time_limit: float | None = None) -> Solution:
         """The first solution (the lexicographic optimum under `prefer`); raises Infeasible or TimeLimit."""
         start = time.perf_counter()
+        time_limit = _check_time_limit(time_limit)
         for sol in self.solutions(limit=1, prefer=prefer, time_limit=time_limit):
             return sol
         raise self._infeasible(_remaining(start, time_limit))
@@ -129,7 +133,7 @@ class Model:
             if limit < 0:
                 raise ConstrintError(f"limit must be >= 0 or None, got {limit}")
         order = self._prefer(prefer)
-        return self._generate(limit, order, time_limit)
+        return self._generate(limit, order, _check_time_limit(time_limit))
 
     def _generate(self, limit: int | None, order: list[tuple[int, str]], time_limit: float | None):
         if limit == 0:
@@ -146,6 +150,7 @@ class Model:
 
     def count(self, time_limit: float | None = None) -> int:
         """The number of solutions."""
+        time_limit = _check_time_limit(time_limit)
         flat = self._flatten(self._constraints)
         return count_parts(flat.store, flat.props, flat.n_user, self._constraints, self._domains(),
                            time_limit, BLOCK_ROWS)
@@ -160,6 +165,7 @@ class Model:
 
     def _optimize(self, expr: Operand, sense: str, time_limit: float | None) -> Solution:
         start = time.perf_counter()
+        time_limit = _check_time_limit(time_limit)
         expr = operand(expr, "objective")
         if isinstance(expr, Expr):
             self._check_owned(_expr_vars(expr))
@@ -218,7 +224,7 @@ class Model:
                 var = ref
             elif isinstance(ref, str):
                 if ref not in self._vars:
-                    raise ConstrintError(f"prefer names unknown variable {ref!r}; known: {_names(self._vars)}")
+                    raise UnknownVariable(f"prefer names unknown variable {ref!r}; known: {_names(self._vars)}")
                 var = self._vars[ref]
             else:
                 raise ConstrintError(f"prefer items are variables or names (optionally with a direction), got {item!r}")
@@ -242,6 +248,14 @@ def _expr_vars(e: Expr) -> list[IntVar]:
 def _names(vars_: Mapping[str, IntVar]) -> str:
     names = list(vars_)
     return ", ".join(names[:10]) + (", ..." if len(names) > 10 else "") if names else "(none)"
+
+
+def _check_time_limit(time_limit: object) -> float | None:
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit >= 0:
+        raise ConstrintError(f"time_limit must be a number of seconds >= 0 or None, got {time_limit!r}")
+    return float(time_limit)
 
 
 def _remaining(start: float, time_limit: float | None) -> float | None:

@@ -200,6 +200,25 @@ def test_prefer_errors():
     assert m.solve(prefer=[("x", "max")])["x"] == 3
 
 
+def test_unknown_names_are_key_errors_too():
+    m = Model()
+    m.int_var(1, 2, "a")
+    with pytest.raises(KeyError):
+        m.var("b")
+    with pytest.raises(ConstrintError, match="no variable named 'b'; known: a"):
+        m.var("b")
+
+
+@pytest.mark.parametrize("bad", [-1, "1s", True, float("nan")])
+def test_bad_time_limits(bad):
+    m = Model()
+    m.int_var(1, 2, "a")
+    for run in (lambda: m.solve(time_limit=bad), lambda: m.count(time_limit=bad),
+                lambda: list(m.solutions(time_limit=bad)), lambda: m.minimize(m.var("a"), time_limit=bad)):
+        with pytest.raises(ConstrintError, match="time_limit must be"):
+            run()
+
+
 def test_variables_of_another_model_are_rejected():
     m1, m2 = Model(), Model()
     x = m1.int_var(1, 3, "x")
