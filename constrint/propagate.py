@@ -16,18 +16,21 @@ LE, EQ, NE = "<=", "==", "!="
 
 
 def fixpoint(s: Store, props: list) -> bool:
-    """Run queued propagators until nothing changes; False (queue cleared) on a conflict."""
+    """Run queued propagators, first in first out, until nothing changes; False on a conflict."""
     queue, queued = s.queue, s.queued
+    k = 0
     try:
-        while queue:
-            p = queue.pop()
+        while k < len(queue):
+            p = queue[k]
+            k += 1
             queued[p] = False
             props[p].propagate(s)
     except Conflict:
-        for p in queue:
+        for p in queue[k:]:
             queued[p] = False
         queue.clear()
         return False
+    queue.clear()
     return True
 
 
