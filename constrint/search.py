@@ -3,7 +3,8 @@
 Branching is binary, x = v or x != v, where v is the end of x's domain in its preferred direction, so the
 search undoes through the store's trail and never copies domains. Preferred variables are branched first, in
 order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain).
-With an objective, every solution tightens a bound on it (branch and bound) until the search space is empty.
+With an objective, its domain is bisected first (better half first) and every solution tightens a bound on it
+(branch and bound) until the search space is empty, so even a huge objective range takes few steps.
 
 Every leaf is passed to `verify` (a check against the original constraints) before it is yielded. Near the
 leaves, once the unfixed user variables span at most `block_rows` combinations, the block is enumerated at
@@ -26,6 +27,7 @@ from .propagate import fixpoint
 from .store import Conflict, Store
 
 MIN, MAX = "min", "max"
+SPLIT_MIN, SPLIT_MAX = "split-min", "split-max"  # domain bisection, lower / upper half first
 
 
 class Search:
@@ -69,8 +71,21 @@ class Search:
                 return False
         return fixpoint(s, self.props)
 
+    def _pivot(self, var: int, direction: str) -> int:
+        """The value v of a choice: x = v first (MIN, MAX), or x <= v (SPLIT_MIN) / x >= v (SPLIT_MAX) first."""
+        lo, hi = self.store.lo[var], self.store.hi[var]
+        if direction == MIN:
+            return lo
+        if direction == MAX:
+            return hi
+        return (lo + hi) // 2 if direction == SPLIT_MIN else (lo + hi + 1) // 2
+
     def _choose(self) -> tuple[int, str]:
         lo, hi = self.store.lo, self.store.hi
+        if self.objective is not None:  # bisect the objective's domain first, better half first
+            obj, sense, _ = self.objective
+            if lo[obj] != hi[obj]:
+                return obj, SPLIT_MIN if sense == MIN else SPLIT_MAX
         for i, d in self.prefer:
             if lo[i] != hi[i]:
                 return i, d
@@ -115,11 +130,20 @@ class Search:
                 self.nodes += 1
                 if self.deadline is not None and not self.nodes & 127 and time.perf_counter() > self.deadline:
                     raise TimeLimit(f"search stopped at its time limit after {self.nodes} nodes")
-                v = lo[var] if direction == MIN else hi[var]
+                v = self._pivot(var, direction)
                 stack.append((s.mark(), var, v, direction))
-                s.fix(var, v)
-                if self._propagate():
-                    continue
+                try:
+                    if direction == MIN or direction == MAX:
+                        s.fix(var, v)
+                    elif direction == SPLIT_MIN:
+                        s.set_hi(var, v)
+                    else:
+                        s.set_lo(var, v)
+                except Conflict:
+                    pass
+                else:
+                    if self._propagate():
+                        continue
             elif rows is not None:
                 if len(rows):
                     yield rows
@@ -131,12 +155,12 @@ class Search:
                 if self.objective is not None:
                     obj, sense, _ = self.objective
                     self.bound = lo[obj] - 1 if sense == MIN else lo[obj] + 1
-            while stack:  # backtrack: undo the latest choice x = v and take x != v instead
+            while stack:  # backtrack: undo the latest choice and take its alternative
                 mark, var, v, direction = stack.pop()
                 s.undo(mark)
-                if direction == MIN:
+                if direction == MIN or direction == SPLIT_MIN:  # x = v / x <= v failed: x > v
                     s.set_lo(var, v + 1)
-                else:
+                else:  # x = v / x >= v failed: x < v
                     s.set_hi(var, v - 1)
                 if self._propagate():
                     break

@@ -247,3 +247,16 @@ def test_infeasible_model_raises_with_core_everywhere():
             run()
         assert [str(c) for c in info.value.core] == ["x >= 5", "small x"]
     assert m.count() == 0 and list(m.solutions()) == []
+
+
+def test_optimisation_over_huge_ranges_bisects_the_objective():
+    m = Model()
+    x, y = m.int_var(1, 10**12, "x"), m.int_var(1, 10**12, "y")
+    m.add(x % 7 == 3)
+    m.add(x + y <= 10**12)
+    m.add(m.divides(1000, y))
+    best = m.maximize(x - y, time_limit=10)
+    top = 10**12 - 1000
+    assert best["y"] == 1000 and best["x"] == top - (top - 3) % 7 and best.objective == best["x"] - 1000
+    low = m.minimize(3 * x + y, time_limit=10)
+    assert (low["x"], low["y"], low.objective) == (3, 1000, 1009)
