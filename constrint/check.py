@@ -177,9 +177,21 @@ def _nonzero(d, bad: list):
 
 
 
-def verifier(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]]):
-    """A function that raises SolverBug unless a candidate (values in variable order) passes `conjunction`."""
-    check = conjunction(constraints, domains)
+def verifier(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]],
+             compiled: bool = True):
+    """A function that raises SolverBug unless a candidate (values in variable order) lies in its domains
+    and satisfies every constraint: compiled (`conjunction`) for many candidates, else through `holds`."""
+    if compiled:
+        check = conjunction(constraints, domains)
+    else:
+        index = {name: v.index for c in constraints for name, v in c.variables().items()}
+
+        def check(values: Sequence[int]) -> bool:
+            if not all(lo <= x <= hi and (allowed is None or x in allowed)
+                       for x, (lo, hi, allowed) in zip(values, domains)):
+                return False
+            assignment = {name: values[i] for name, i in index.items()}
+            return all(c.holds(assignment) for c in constraints)
 
     def verify(values: Sequence[int]) -> None:
         if not check(values):

@@ -6,6 +6,7 @@ avoids re-solving one part for every choice made in another (and a part without 
 """
 from __future__ import annotations
 
+import time
 from typing import Iterator, Sequence
 
 from .check import predicates, verifier
@@ -91,8 +92,9 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
     base = tuple(store.lo[:n_user])
     groups = split(constraints, fixed)
     ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
-    verifier(ground, domains)(base)
-    checks = predicates(constraints)
+    verifier(ground, domains, compiled=False)(base)
+    compiled = block_rows > 0  # enumerating: many candidates to check, worth compiling the checks
+    checks = predicates(constraints) if compiled and len(groups) > 1 else {}
     if not groups:
         yield base
         return
@@ -102,7 +104,7 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
         local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
         searches.append(Search(store.copy() if len(groups) > 1 else store, props, n_user, order,
                                time_limit=time_limit, constraints=local, block_rows=block_rows,
-                               verify=_local_verifier(local, checks, domains, len(groups)),
+                               verify=_local_verifier(local, checks, domains, compiled, len(groups)),
                                domains=domains, component=group))
     if len(searches) == 1:
         yield from searches[0].run(root=False)
@@ -127,8 +129,10 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
     fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
     groups = split(constraints, fixed)
     ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
-    verifier(ground, domains)(tuple(store.lo[:n_user]))
-    checks = predicates(constraints)
+    verifier(ground, domains, compiled=False)(tuple(store.lo[:n_user]))
+    compiled = block_rows > 0
+    checks = predicates(constraints) if compiled and len(groups) > 1 else {}
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     total = 1
     for group in groups:
         inside = set(group)
@@ -137,19 +141,21 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
             for i in group:
                 total *= store.size(i)
             continue
-        search = Search(store.copy(), props, n_user, [], time_limit=time_limit, constraints=local,
-                        block_rows=block_rows, verify=_local_verifier(local, checks, domains, len(groups)),
-                        domains=domains, component=group)
+        left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+        verify = _local_verifier(local, checks, domains, compiled, len(groups))
+        search = Search(store.copy(), props, n_user, [], time_limit=left, constraints=local,
+                        block_rows=block_rows, verify=verify, domains=domains, component=group)
         total *= search.count(root=False)
         if not total:
             return 0
     return total
 
 
-def _local_verifier(local: Sequence[Constraint], checks: dict, domains, n_groups: int):
-    """One compiled conjunction for a single component; the shared per-constraint checks otherwise."""
-    if n_groups == 1:
-        return verifier(local, domains)
+def _local_verifier(local: Sequence[Constraint], checks: dict, domains, compiled: bool, n_groups: int):
+    """Interpreted checks for few candidates; else one compiled conjunction for a single component, and
+    the shared per-constraint compiled checks for several."""
+    if not compiled or n_groups == 1:
+        return verifier(local, domains, compiled)
     mine = [checks[id(c)] for c in local]
 
     def verify(values: Sequence[int]) -> None:

@@ -145,7 +145,8 @@ class BinOp(Expr):
         self.b = operand(b, f"right operand of {op!r}")
         if op == "**":
             if not isinstance(self.b, int):
-                raise ConstrintError(f"exponent of {self.a} ** ({self.b}) must be a constant integer, not an expression")
+                raise ConstrintError(
+                    f"exponent of {self.a} ** ({self.b}) must be a constant integer, not an expression")
             if self.b < 0:
                 raise ConstrintError(f"exponent {self.b} of {self.a} is negative; use an integer >= 0")
         self.op = op

@@ -227,7 +227,8 @@ class Model:
                     raise UnknownVariable(f"prefer names unknown variable {ref!r}; known: {_names(self._vars)}")
                 var = self._vars[ref]
             else:
-                raise ConstrintError(f"prefer items are variables or names (optionally with a direction), got {item!r}")
+                raise ConstrintError(
+                    f"prefer items are variables or names (optionally with a direction), got {item!r}")
             if var.index not in seen:
                 seen.add(var.index)
                 order.append((var.index, direction))
