@@ -82,7 +82,7 @@ class Store:
             v += (self.rs[i] - v) % m
             if v > hi:
                 raise Conflict
-        self._save(i)
+        self.trail.append((i, self.lo[i], hi, m, self.rs[i], self.vs[i]))
         vs = self.vs[i]
         if vs is not None:
             vs = frozenset([x for x in vs if x >= v])
@@ -91,7 +91,11 @@ class Store:
             self.vs[i] = vs
             v = min(vs)
         self.lo[i] = v
-        self._wake(i)
+        queued = self.queued
+        for p in self.watch[i]:
+            if not queued[p]:
+                queued[p] = True
+                self.queue.append(p)
 
     def set_hi(self, i: int, v: int) -> None:
         if v >= self.hi[i]:
@@ -104,7 +108,7 @@ class Store:
             v -= (v - self.rs[i]) % m
             if v < lo:
                 raise Conflict
-        self._save(i)
+        self.trail.append((i, lo, self.hi[i], m, self.rs[i], self.vs[i]))
         vs = self.vs[i]
         if vs is not None:
             vs = frozenset([x for x in vs if x <= v])
@@ -113,7 +117,11 @@ class Store:
             self.vs[i] = vs
             v = max(vs)
         self.hi[i] = v
-        self._wake(i)
+        queued = self.queued
+        for p in self.watch[i]:
+            if not queued[p]:
+                queued[p] = True
+                self.queue.append(p)
 
     def fix(self, i: int, v: int) -> None:
         lo, hi = self.lo[i], self.hi[i]
