@@ -7,7 +7,7 @@ and re-checked by static_assert in scan.cu. Neither T nor B enters the model: a 
 the number of chunks, ceil(T / chunk_len), is a launch-time quantity.
 
 Cost: the model asks for 16-byte accesses where D allows, a warp row of at least 128 bytes, for enough bytes in flight per SM to cover memory latency at full bandwidth (Little's law,
-from the GPU's bandwidth and SM count), a chunk long enough that the look-back traffic stays under 1/32 of the
+from the GPU's bandwidth and SM count), a chunk long enough that the look-back traffic stays under 1/16 of the
 data, and, among those, the shortest chunk (most parallelism at short T and thin shapes), the least padding
 along D, the fewest rows (each row folds the rows before it) and larger blocks (fewer tickets and look-backs).
 """
@@ -121,7 +121,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(regs <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(regs * threads <= gpu.regs_per_block, name="regs_per_block")
     m.add(smem <= gpu.smem_per_block, name="static_smem_per_block")
-    m.add(chunk * (inputs + 1) * esize >= 32 * LOOKBACK_BYTES, name="lookback_under_1_32")
+    m.add(chunk * (inputs + 1) * esize >= 16 * LOOKBACK_BYTES, name="lookback_under_1_16")
     m.add(occ * threads <= gpu.max_threads_per_sm, name="occupancy_threads")
     m.add(occ * regs * threads <= gpu.regs_per_sm, name="occupancy_registers")
     m.add(occ * smem <= gpu.smem_per_sm, name="occupancy_smem")

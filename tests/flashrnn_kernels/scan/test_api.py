@@ -1,0 +1,56 @@
+"""Public API on CPU: the reference path, modules (whole sequence and step mode) and input errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrnn_kernels.scan import MinGRU, MinLSTM, linear_scan, min_gru, min_lstm, reference
+from tests.tolerances import relative_error
+
+
+def test_cpu_path_is_the_reference_loop():
+    x = torch.randn(2, 9, 5)
+    W_z, W_h = torch.randn(2, 4, 5)
+    h0 = torch.rand(2, 4)
+    expected = reference.min_gru_loop(x @ W_z.t(), x @ W_h.t(), h0)
+    assert relative_error(min_gru(x, W_z, W_h, h0), expected) < 1e-6
+    W_f, W_i, W_o = torch.randn(3, 4, 5)
+    expected = reference.min_lstm_loop(x @ W_f.t(), x @ W_i.t(), x @ W_o.t(), h0)
+    assert relative_error(min_lstm(x, W_f, W_i, W_o, h0), expected) < 1e-6
+
+
+@pytest.mark.parametrize("module_type", [MinGRU, MinLSTM])
+def test_step_mode_matches_the_sequence(module_type):
+    module = module_type(6, 8)
+    x = torch.randn(3, 7, 6)
+    h0 = torch.rand(3, 8)
+    full = module(x, h0)
+    h = h0
+    for t in range(7):
+        h = module.step(x[:, t], h)
+        assert relative_error(h, full[:, t]) < 1e-6
+    with pytest.raises(ValueError, match=r"x_t: \[B, D_in\]"):
+        module.step(x, h)
+
+
+def test_bad_inputs_name_the_problem():
+    a, b = torch.rand(2, 5, 4), torch.randn(2, 5, 4)
+    with pytest.raises(ValueError, match=r"\[B, T, D\]"):
+        linear_scan(a[0], b[0])
+    with pytest.raises(ValueError, match="same"):
+        linear_scan(a, b[:, :3])
+    with pytest.raises(TypeError, match="one dtype"):
+        linear_scan(a, b.double())
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        linear_scan(a.int(), b.int())
+    with pytest.raises(ValueError, match="contiguous"):
+        linear_scan(a.transpose(0, 1), b.transpose(0, 1))
+    with pytest.raises(ValueError, match=r"h0 must be a \[B, D\]"):
+        linear_scan(a, b, torch.zeros(4))
+    with pytest.raises(TypeError, match="h0 is torch.float64"):
+        linear_scan(a, b, torch.zeros(2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"W_h must be \[H, D_in\]"):
+        min_gru(torch.randn(2, 5, 3), torch.randn(4, 3), torch.randn(4, 2))
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="one device"):
+            linear_scan(a, b.cuda())

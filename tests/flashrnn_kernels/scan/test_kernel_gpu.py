@@ -1,0 +1,89 @@
+"""The CUDA scan kernels against the fp64 references: forward and all gradients (inputs and h0), fp32 / bf16 /
+fp16, odd T (1, 3, 1000, 65537), with and without h0, thin and wide shapes, decays near 0 and 1. Outputs land in
+memory that held NaN just before (the caching allocator hands the poisoned block back), so an unwritten element
+fails the comparison."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference
+from tests.tolerances import relative_error
+
+pytestmark = pytest.mark.gpu
+
+OPS = {  # name: (kernel op, gates for the reference, input count)
+    "linear": (linear_scan, lambda a, b: (a, b), 2),
+    "min_gru": (min_gru_scan, reference.min_gru_gates, 2),
+    "min_lstm": (min_lstm_scan, reference.min_lstm_gates, 3),
+}
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2}
+
+
+def _poison_allocator(numel: int) -> None:
+    block = torch.full((numel,), float("nan"), device="cuda")
+    del block
+
+
+def _reference(name, inputs, h0, dy):
+    """fp64 forward and gradients through the chunk-carry reference (the step loop for short T)."""
+    leaves = [t.detach().double().requires_grad_() for t in inputs]
+    h0_64 = None if h0 is None else h0.detach().double().requires_grad_()
+    a, b = OPS[name][1](*leaves)
+    h = reference.linear_scan_chunked(a, b, h0_64, chunk_len=512)
+    grads = torch.autograd.grad(h, leaves + ([h0_64] if h0 is not None else []), dy.double())
+    return h, grads
+
+
+def _check(name, dtype, B, T, D, with_h0, scale=(1.0, 1.0)):
+    op, _, n = OPS[name]
+    if name == "linear":
+        inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
+    else:
+        inputs = [torch.randn(B, T, D, device="cuda") * scale[0] + scale[1] for _ in range(n - 1)]
+        inputs.append(torch.randn(B, T, D, device="cuda"))
+    inputs = [t.to(dtype).requires_grad_() for t in inputs]
+    h0 = (torch.rand(B, D, device="cuda") + 0.1).to(dtype).requires_grad_() if with_h0 else None
+    dy = torch.randn(B, T, D, device="cuda").to(dtype)
+    _poison_allocator(8 * B * T * D + (1 << 20))
+    h = op(*inputs, h0)
+    _poison_allocator(8 * B * T * D + (1 << 20))
+    grads = torch.autograd.grad(h, inputs + ([h0] if with_h0 else []), dy)
+    h_ref, grads_ref = _reference(name, inputs, h0, dy)
+    assert torch.isfinite(h).all() and all(torch.isfinite(g).all() for g in grads)
+    errors = {"h": relative_error(h, h_ref)}
+    errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
+    bad = {k: v for k, v in errors.items() if not v <= TOL[dtype]}
+    assert not bad, f"{name} {dtype} [{B},{T},{D}] h0={with_h0}: {bad}"
+
+
+@pytest.mark.parametrize("with_h0", [False, True])
+@pytest.mark.parametrize("T", [1, 3, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_kernel_matches_reference(name, dtype, T, with_h0):
+    _check(name, dtype, 3, T, 96, with_h0)
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_long_odd_sequence_thin_shape(name):
+    _check(name, torch.float32, 1, 65537, 64, True)
+
+
+def test_fp16_and_non_tile_multiple_hidden_size():
+    _check("linear", torch.float16, 2, 777, 1000, True)
+    _check("min_gru", torch.float32, 2, 333, 500, False)
+
+
+@pytest.mark.parametrize("bias", [-12.0, 12.0])
+def test_decays_near_zero_and_one_stay_finite(bias):
+    """min_gru with k ~ -12 (a ~ 1: long memory) and k ~ +12 (a ~ 6e-6: the state is replaced each step)."""
+    _check("min_gru", torch.float32, 2, 20000, 64, True, scale=(0.1, bias))
+
+
+def test_parallel_and_sequential_forms_agree_with_h0():
+    k, hp = (torch.randn(2, 300, 64, device="cuda", dtype=torch.float64) for _ in range(2))
+    h0 = torch.rand(2, 64, device="cuda", dtype=torch.float64) + 0.1
+    kernel = min_gru_scan(k.float(), hp.float(), h0.float())
+    assert relative_error(kernel, reference.min_gru_loop(k, hp, h0)) < 1e-5
+    assert relative_error(kernel, reference.min_gru_log_space(k, hp, h0)) < 1e-5

@@ -1,0 +1,76 @@
+"""The references agree with each other: step loop == log-space form == chunk-carry decomposition, forward and
+backward, with and without h0, and stay finite for decays near 0 and 1 over long sequences."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrnn_kernels.scan import reference as ref
+from tests.tolerances import relative_error
+
+F64 = torch.float64
+
+
+def _inputs(n: int, B: int = 2, T: int = 29, D: int = 6) -> list[torch.Tensor]:
+    return [torch.randn(B, T, D, dtype=F64, requires_grad=True) for _ in range(n)]
+
+
+@pytest.mark.parametrize("with_h0", [False, True])
+@pytest.mark.parametrize("cell", ["min_gru", "min_lstm"])
+def test_loop_equals_log_space_forward_and_backward(cell, with_h0):
+    inputs = _inputs(2 if cell == "min_gru" else 3)
+    h0 = torch.rand(2, 6, dtype=F64, requires_grad=True) + 0.1 if with_h0 else None
+    loop, log = (ref.min_gru_loop, ref.min_gru_log_space) if cell == "min_gru" else (
+        ref.min_lstm_loop, ref.min_lstm_log_space)
+    dy = torch.randn(2, 29, 6, dtype=F64)
+    leaves = inputs + ([h0] if with_h0 else [])
+    out_loop = loop(*inputs, h0)
+    grads_loop = torch.autograd.grad(out_loop, leaves, dy)
+    out_log = log(*inputs, h0)
+    grads_log = torch.autograd.grad(out_log, leaves, dy)
+    assert relative_error(out_log, out_loop) < 1e-12
+    for name, g_log, g_loop in zip("abcdh", grads_log, grads_loop):
+        assert relative_error(g_log, g_loop) < 1e-10, name
+
+
+@pytest.mark.parametrize("chunk_len", [1, 4, 7, 29, 64])
+def test_chunked_decomposition_equals_loop(chunk_len):
+    a, b = torch.rand(3, 29, 5, dtype=F64), torch.randn(3, 29, 5, dtype=F64)
+    h0 = torch.randn(3, 5, dtype=F64)
+    for start in (None, h0):
+        assert relative_error(ref.linear_scan_chunked(a, b, start, chunk_len), ref.linear_scan_loop(a, b, start)) < 1e-13
+
+
+@pytest.mark.parametrize("fn,n", [(ref.linear_scan_loop, 2), (ref.min_gru_loop, 2), (ref.min_lstm_loop, 3),
+                                  (ref.min_gru_log_space, 2), (ref.min_lstm_log_space, 3)])
+def test_gradcheck_fp64(fn, n):
+    inputs = _inputs(n, B=2, T=5, D=3)
+    h0 = (torch.rand(2, 3, dtype=F64) + 0.2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda *xs: fn(*xs[:-1], xs[-1]), (*inputs, h0))
+    assert torch.autograd.gradcheck(lambda *xs: fn(*xs, None), tuple(inputs))
+
+
+def test_log_space_rejects_non_positive_h0():
+    k, hp = torch.randn(2, 1, 4, 3, dtype=F64)
+    with pytest.raises(ValueError, match="positive h0"):
+        ref.min_gru_log_space(k, hp, -torch.ones(1, 3, dtype=F64))
+
+
+@pytest.mark.parametrize("k_scale", [-30.0, 30.0])
+def test_long_sequences_with_extreme_decays_stay_finite(k_scale):
+    """k = -30: z ~ 1e-13, a ~ 1 (memory kept); k = +30: a ~ 1e-13 (state replaced each step). The log-space
+    form is compared in fp64: in fp32 its cumulative log-decay (down to -1.2e5 here) cancels catastrophically."""
+    T = 4096
+    k = torch.full((1, T, 4), k_scale, dtype=F64) + 0.1 * torch.randn(1, T, 4, dtype=F64)
+    hp = torch.randn(1, T, 4, dtype=F64)
+    h0 = torch.rand(1, 4, dtype=F64) + 0.5
+    loop = ref.min_gru_loop(k, hp, h0)
+    log = ref.min_gru_log_space(k, hp, h0)
+    loop32 = ref.min_gru_loop(k.float(), hp.float(), h0.float())
+    assert torch.isfinite(loop).all() and torch.isfinite(log).all() and torch.isfinite(loop32).all()
+    assert relative_error(log, loop) < 1e-9
+    assert relative_error(loop32, loop) < 1e-5
+    if k_scale < 0:  # the state barely moves from h0: no underflow to zero
+        assert (loop[:, -1] > 0.5 * h0).all()
+    else:  # each state is the current candidate
+        assert relative_error(loop, ref.g(hp)) < 1e-9
