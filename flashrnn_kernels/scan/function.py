@@ -31,6 +31,11 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
     return plan(problem, _device_gpu(like.device.index if like.device.index is not None else 0))
 
 
+@functools.lru_cache(maxsize=None)
+def _kernel(p: ScanPlan):
+    return get_kernel(p.source(), KERNEL_NAME)
+
+
 def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
     return t if t.data_ptr() % access_bytes == 0 else t.clone()
 
@@ -59,7 +64,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    kernel = get_kernel(p.source(), KERNEL_NAME)
+    kernel = _kernel(p)
     launch(kernel, (lanes * chunks,), (p.threads_d, p.threads_t),
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, work[0], work[1], work[2], flags,
             T, D, d_tiles, lanes, chunks), device=x.device)

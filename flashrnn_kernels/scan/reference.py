@@ -81,22 +81,29 @@ def min_lstm_log_space(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
     return log_space_scan(-F.softplus(diff), -F.softplus(-diff) + log_g(h_pre), _log_h0(h0))
 
 
-def chunk_maps(a: torch.Tensor, b: torch.Tensor, chunk_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunk-local pass: each chunk's affine map h -> A h + B, as [B, chunks, D] (the last chunk may be short)."""
-    maps_a, maps_b = [], []
-    for start in range(0, a.shape[1], chunk_len):
-        seg_a, seg_b = a[:, start:start + chunk_len], b[:, start:start + chunk_len]
-        maps_a.append(torch.prod(seg_a, dim=1))
-        maps_b.append(linear_scan_loop(seg_a, seg_b)[:, -1])
-    return torch.stack(maps_a, dim=1), torch.stack(maps_b, dim=1)
+def chunk_local(a: torch.Tensor, b: torch.Tensor, chunk_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk-local pass: T padded (a = 1, b = 0) to whole chunks, every chunk scanned from zero at once.
+
+    Returns (prod, local), both [B, chunks, chunk_len, D]: prod = running product of a inside the chunk, local =
+    the chunk's states started from zero; a chunk's map is h -> prod[:, c, -1] h + local[:, c, -1].
+    """
+    B, T, D = a.shape
+    chunks = -(-T // chunk_len)
+    pad = chunks * chunk_len - T
+    a = torch.cat([a, a.new_ones(B, pad, D)], 1).reshape(B, chunks, chunk_len, D)
+    b = torch.cat([b, b.new_zeros(B, pad, D)], 1).reshape(B, chunks, chunk_len, D)
+    return torch.cumprod(a, dim=2), linear_scan_loop(a.flatten(0, 1), b.flatten(0, 1)).reshape(a.shape)
 
 
 def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, chunk_len: int) -> torch.Tensor:
-    """The kernel's decomposition: chunk maps, the carry pass over chunks (itself a linear scan), then each chunk
-    rescanned from its carry."""
-    maps_a, maps_b = chunk_maps(a, b, chunk_len)
-    carries = linear_scan_loop(maps_a, maps_b, h0)
-    start_states = torch.cat([(torch.zeros_like(b[:, 0]) if h0 is None else h0).unsqueeze(1), carries[:, :-1]], 1)
-    pieces = [linear_scan_loop(a[:, s:s + chunk_len], b[:, s:s + chunk_len], start_states[:, c])
-              for c, s in enumerate(range(0, a.shape[1], chunk_len))]
-    return torch.cat(pieces, dim=1)
+    """The kernel's decomposition: chunk-local scans, the carry pass over chunks (itself a linear scan of the
+    chunk maps), then each chunk's states shifted by its carry-in. chunk_len + T / chunk_len sequential steps."""
+    T = a.shape[1]
+    if T == 0:
+        return torch.empty_like(b)
+    prod, local = chunk_local(a, b, chunk_len)
+    carries = linear_scan_loop(prod[:, :, -1], local[:, :, -1], h0)
+    first = torch.zeros_like(b[:, :1]) if h0 is None else h0.unsqueeze(1)
+    carry_in = torch.cat([first, carries[:, :-1]], dim=1)
+    h = local + prod * carry_in.unsqueeze(2)
+    return h.flatten(1, 2)[:, :T]

@@ -1,0 +1,216 @@
+"""Scan benchmark: linear_scan, minGRU and minLSTM kernels against the baselines, as bandwidth vs a copy.
+
+Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton) on the same data in their
+[B, D, T] layout; fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates by torch,
+then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T only).
+Bandwidth counts each input read once and each output written once, against a device-to-device copy measured in
+the same run. `python benchmarks/bench_scan.py --quick` measures linear_scan alone at [8, 1536, 4096] and
+[1, 64, 65536].
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import plot, time_cuda, write_results  # noqa: E402
+from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
+
+WIDE_T = (256, 1024, 4096, 16384, 65536)
+SEQUENTIAL_MAX_T = 1024
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a device-to-device copy (read + write) of 2 GiB."""
+    src = torch.randn(512 * 1024 * 1024, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_cuda(lambda: dst.copy_(src), warmup=5, repeat=20)
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
+def accelerated_scan_kernels() -> dict:
+    """name -> scan(gates, tokens) for [B, D, T] tensors, or name -> error text."""
+    found = {}
+    for name, module in (("accelerated-scan warp", "accelerated_scan.warp"),
+                         ("accelerated-scan triton", "accelerated_scan.triton"),
+                         ("accelerated-scan triton", "accelerated_scan.scalar")):
+        if name in found and callable(found[name]):
+            continue
+        try:
+            found[name] = importlib.import_module(module).scan
+        except Exception as exc:  # a missing package or a failed build becomes an error row
+            found[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    return found
+
+
+def _row(op, impl, shape, dtype, ms, moved, copy_bw, **extra):
+    bw = moved / (ms * 1e-3) if ms == ms else float("nan")
+    return {"op": op, "impl": impl, "shape": "x".join(map(str, shape)), "T": shape[1], "dtype": dtype,
+            "ms": ms, "TB/s": bw / 1e12, "% of copy": 100 * bw / copy_bw, **extra}
+
+
+def _time(fn, repeat=20):
+    try:
+        return time_cuda(fn, warmup=3, repeat=repeat), None
+    except Exception as exc:  # recorded as an error row, the run goes on
+        return float("nan"), f"{type(exc).__name__}: {exc}"[:160]
+
+
+def bench_linear(shape, dname, copy_bw, acc):
+    B, T, D = shape
+    dtype = DTYPES[dname]
+    a = (torch.rand(B, T, D, device="cuda") * 0.5 + 0.5).to(dtype)
+    b = torch.randn(B, T, D, device="cuda").to(dtype)
+    moved = 3 * a.numel() * a.element_size()
+    ms, err = _time(lambda: linear_scan(a, b))
+    rows = [_row("linear_scan", "ours", shape, dname, ms, moved, copy_bw, error=err)]
+    at, bt = a.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()
+    for name, scan in acc.items():
+        if callable(scan):
+            ms, err = _time(lambda: scan(at, bt))
+        else:
+            ms, err = float("nan"), scan
+        rows.append(_row("linear_scan", name, shape, dname, ms, moved, copy_bw, error=err))
+    del a, b, at, bt
+    return rows
+
+
+def _unfused(cell):
+    gates = reference.min_gru_gates if cell == "min_gru" else reference.min_lstm_gates
+    return lambda *xs: linear_scan(*(t.contiguous() for t in gates(*xs)))
+
+
+def bench_cell(cell, shape, dname, copy_bw, cpu):
+    B, T, D = shape
+    dtype = DTYPES[dname]
+    n = 2 if cell == "min_gru" else 3
+    inputs = [torch.randn(B, T, D, device="cuda").to(dtype).requires_grad_() for _ in range(n)]
+    dy = torch.randn(B, T, D, device="cuda").to(dtype)
+    esize = dy.element_size()
+    fused = min_gru_scan if cell == "min_gru" else min_lstm_scan
+    log_space = reference.min_gru_log_space if cell == "min_gru" else reference.min_lstm_log_space
+    loop = reference.min_gru_loop if cell == "min_gru" else reference.min_lstm_loop
+    impls = {"fused": fused, "unfused (gates, then linear_scan)": _unfused(cell), "torch log-space": log_space}
+    if T <= SEQUENTIAL_MAX_T:
+        impls["sequential loop (GPU)"] = loop
+    # minimum traffic of the fused kernels: forward n in + h out; backward n in + h + dy in, n grads out
+    moved = {"forward": (n + 1) * dy.numel() * esize, "forward+backward": (4 * n + 3) * dy.numel() * esize}
+    rows = []
+    for impl, fn in impls.items():
+        repeat = 5 if "sequential" in impl else 20
+        with torch.no_grad():
+            ms, err = _time(lambda: fn(*inputs), repeat)
+        rows.append(_row(cell, impl, shape, dname, ms, moved["forward"], copy_bw, pass_="forward", error=err))
+        ms, err = _time(lambda: torch.autograd.grad(fn(*inputs), inputs, dy), repeat)
+        rows.append(_row(cell, impl, shape, dname, ms, moved["forward+backward"], copy_bw,
+                         pass_="forward+backward", error=err))
+    if cpu and T <= SEQUENTIAL_MAX_T:
+        cpu_inputs = [t.detach().float().cpu() for t in inputs]
+        with torch.no_grad():
+            ms = _host_ms(lambda: loop(*cpu_inputs))
+        rows.append(_row(cell, "sequential loop (CPU)", shape, dname, ms, moved["forward"], copy_bw,
+                         pass_="forward"))
+    del inputs, dy
+    return rows
+
+
+def _host_ms(fn, repeat=3) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def judge(rows):
+    """Target verdicts added to the rows in place; returns the summary lines."""
+    def find(op, impl, shape, dtype, pass_=None):
+        for r in rows:
+            if (r["op"], r["impl"], r["shape"], r["dtype"]) == (op, impl, shape, dtype) and r.get("pass_") == pass_:
+                return r
+        return None
+
+    lines = []
+    for r in rows:
+        if r["op"] == "linear_scan" and r["impl"] == "ours":
+            others = [o["ms"] for o in rows if o["op"] == "linear_scan" and o["impl"] != "ours"
+                      and (o["shape"], o["dtype"]) == (r["shape"], r["dtype"]) and o["ms"] == o["ms"]]
+            if r["T"] >= 4096:
+                r["target >=95% copy"] = "pass" if r["% of copy"] >= 95 else "FAIL"
+            if others:
+                best = min(others)
+                r["speedup vs best accelerated-scan"] = best / r["ms"]
+                need = 2.0 if r["shape"].startswith("1x64x") else 1.0
+                r["target vs accelerated-scan"] = "pass" if best / r["ms"] >= need else "FAIL"
+        if r["op"] in ("min_gru", "min_lstm") and r["impl"] == "fused":
+            unfused = find(r["op"], "unfused (gates, then linear_scan)", r["shape"], r["dtype"], r.get("pass_"))
+            if unfused and unfused["ms"] == unfused["ms"]:
+                r["speedup vs unfused"] = unfused["ms"] / r["ms"]
+                r["target >=1.8x unfused"] = "pass" if unfused["ms"] / r["ms"] >= 1.8 else "FAIL"
+            cpu = find(r["op"], "sequential loop (CPU)", r["shape"], r["dtype"], "forward")
+            if cpu and r.get("pass_") == "forward":
+                r["target faster than CPU"] = "pass" if cpu["ms"] > r["ms"] else "FAIL"
+    for r in rows:
+        verdicts = [f"{k}={v}" for k, v in r.items() if k.startswith("target")]
+        if verdicts:
+            lines.append(f"{r['op']:11s} {r['impl']:6s} {r['shape']:14s} {r['dtype']} {r.get('pass_') or '':16s} "
+                         f"{r['ms']:.4g} ms {r['% of copy']:.0f}% copy " + " ".join(verdicts))
+    return lines
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="linear_scan at [8,1536,4096] and [1,64,65536] only")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_scan needs a CUDA GPU")
+    copy_bw = copy_bandwidth()
+    acc = accelerated_scan_kernels()
+    thin = (1, 64, 65536)
+    wide = [(8, 1536, T) for T in ((4096,) if args.quick else WIDE_T)]
+    rows = []
+    for shape in wide + [thin]:
+        for dname in DTYPES:
+            rows += bench_linear(shape, dname, copy_bw, acc)
+            if not args.quick:
+                for cell in ("min_gru", "min_lstm"):
+                    try:
+                        rows += bench_cell(cell, shape, dname, copy_bw, cpu=True)
+                    except Exception:
+                        rows.append(_row(cell, "all", shape, dname, float("nan"), 1, copy_bw,
+                                         error=traceback.format_exc().splitlines()[-1][:160]))
+            torch.cuda.empty_cache()
+    summary = judge(rows)
+    for r in rows:
+        r["pass"] = r.pop("pass_", None)
+    name = "scan_quick" if args.quick else "scan"
+    notes = [f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s (bytes read + written).",
+             "Bandwidth counts each input read once and each output written once (minimum traffic)."]
+    print(write_results(name, rows, title="Scan kernels: linear_scan, minGRU, minLSTM", notes=notes))
+    linear = [r for r in rows if r["op"] == "linear_scan" and r["shape"].startswith("8x")]
+    if linear:
+        plot(f"{name}_linear", linear, x="T", y="% of copy", series="impl", title="linear_scan [8, 1536, T]",
+             logx=True)
+    cells = [r for r in rows if r["op"] != "linear_scan" and r["shape"].startswith("8x") and r["dtype"] == "bf16"]
+    if cells:
+        for r in cells:
+            r["series"] = f"{r['op']} {r['impl']} {r['pass']}"
+        plot(f"{name}_cells", cells, x="T", y="ms", series="series", title="minGRU / minLSTM [8, 1536, T] bf16",
+             logx=True, logy=True)
+    print(f"copy {copy_bw / 1e12:.3f} TB/s")
+    print("\n".join(summary))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
