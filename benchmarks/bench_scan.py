@@ -179,7 +179,7 @@ def main(argv=None) -> list[dict]:
     thin = (1, 64, 65536)
     wide = [(8, 1536, T) for T in ((4096,) if args.quick else WIDE_T)]
     rows = []
-    for shape in wide + [thin]:
+    for shape in [thin] + wide:
         for dname in DTYPES:
             rows += bench_linear(shape, dname, copy_bw, acc)
             if not args.quick:
@@ -190,13 +190,22 @@ def main(argv=None) -> list[dict]:
                         rows.append(_row(cell, "all", shape, dname, float("nan"), 1, copy_bw,
                                          error=traceback.format_exc().splitlines()[-1][:160]))
             torch.cuda.empty_cache()
+        _write(args, rows, copy_bw, judged=False)  # partial results survive an interrupted run
+    return _write(args, rows, copy_bw, judged=True)
+
+
+def _write(args, rows, copy_bw, judged):
+    rows = [dict(r) for r in rows]
     summary = judge(rows)
     for r in rows:
         r["pass"] = r.pop("pass_", None)
     name = "scan_quick" if args.quick else "scan"
     notes = [f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s (bytes read + written).",
              "Bandwidth counts each input read once and each output written once (minimum traffic)."]
-    print(write_results(name, rows, title="Scan kernels: linear_scan, minGRU, minLSTM", notes=notes))
+    markdown = write_results(name, rows, title="Scan kernels: linear_scan, minGRU, minLSTM", notes=notes)
+    if not judged:
+        return rows
+    print(markdown)
     linear = [r for r in rows if r["op"] == "linear_scan" and r["shape"].startswith("8x")]
     if linear:
         plot(f"{name}_linear", linear, x="T", y="% of copy", series="impl", title="linear_scan [8, 1536, T]",

@@ -59,8 +59,7 @@ __device__ __forceinline__ float candidate(float x) { return x >= 0.0f ? x + 0.5
 
 __device__ __forceinline__ float candidate_grad(float x) {
     if (x >= 0.0f) return 1.0f;
-    const float s = sigmoid(x);
-    return s * (1.0f - s);
+    return sigmoid(x) * sigmoid(-x);
 }
 
 // (a, b) of one element from the cell's inputs; b is skipped (reverse pass: only a is needed).
@@ -296,15 +295,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 g1[j] = grad_a;
                 g2[j] = dh;
 #elif SCAN_CELL == 1
-                const float z = sigmoid(v1);
-                g1[j] = (dh * candidate(v2) - grad_a) * z * (1.0f - z);
+                const float z = sigmoid(v1);  // z (1 - z) as sigmoid(k) sigmoid(-k): no cancellation near z = 1
+                g1[j] = (dh * candidate(v2) - grad_a) * z * sigmoid(-v1);
                 g2[j] = dh * z * candidate_grad(v2);
 #else
                 const float v3 = to_float(p3.v[j]);
                 const float f = sigmoid(v1), ig = sigmoid(v2), sum = f + ig;
                 const float common = (grad_a - dh * candidate(v3)) / (sum * sum);
-                g1[j] = ig * common * f * (1.0f - f);
-                g2[j] = -f * common * ig * (1.0f - ig);
+                g1[j] = ig * common * f * sigmoid(-v1);
+                g2[j] = -f * common * ig * sigmoid(-v2);
                 g3[j] = dh * ig / sum * candidate_grad(v3);
 #endif
                 if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)batch * D + d + j] = gate_a(v1, v2) * dh;
