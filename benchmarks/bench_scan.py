@@ -4,12 +4,13 @@ Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton
 [B, D, T] layout; fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates by torch,
 then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T only).
 Bandwidth counts each input read once and each output written once, against a device-to-device copy measured in
-the same run. `python benchmarks/bench_scan.py --quick` measures linear_scan alone at [8, 1536, 4096] and
-[1, 64, 65536].
+the same run. `--quick` measures linear_scan alone at [8, 1536, 4096] and [1, 64, 65536]; `--plans` times the
+solver's plan against neighbouring plans (results/scan_plans.*).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import statistics
 import sys
@@ -17,12 +18,15 @@ import time
 import traceback
 from pathlib import Path
 
+import hwmodels
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import plot, time_cuda, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
+from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
+from flashrnn_kernels.scan.plan import REG_BASE  # noqa: E402
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -81,6 +85,35 @@ def bench_linear(shape, dname, copy_bw, acc):
             ms, err = float("nan"), scan
         rows.append(_row("linear_scan", name, shape, dname, ms, moved, copy_bw, error=err))
     del a, b, at, bt
+    return rows
+
+
+def plan_sweep(copy_bw) -> list[dict]:
+    """linear_scan forward with the solver's plan and with neighbouring (threads_t, steps) choices, to check the
+    plan's cost model against measurement."""
+    rows = []
+    for dname, dtype in DTYPES.items():
+        for shape in ((8, 1536, 4096), (1, 64, 65536)):
+            a = (torch.rand(*shape, device="cuda") * 0.5 + 0.5).to(dtype)
+            b = torch.randn(*shape, device="cuda").to(dtype)
+            chosen = device_plan("linear", a, "forward")
+            gpu = _device_gpu(a.device.index or 0)
+            for threads_t in (4, 8, 16):
+                for steps in (4, 8):
+                    threads = chosen.threads_d * threads_t
+                    if threads % 32 or threads > 1024:
+                        continue
+                    regs = (REG_BASE + steps * 2 * chosen.vec + 7) // 8 * 8
+                    trial = dataclasses.replace(chosen, threads_t=threads_t, steps=steps, min_blocks=1,
+                                                regs_estimate=regs)
+                    occupancy = hwmodels.blocks_per_sm(gpu, threads, regs, trial.smem_bytes).blocks_per_sm
+                    trial = dataclasses.replace(trial, min_blocks=occupancy)
+                    ms, err = _time(lambda: run_scan("linear", "forward", (a, b), None, kernel_plan=trial))
+                    rows.append(_row("linear_scan", "solver's plan" if trial == chosen else "alternative", shape,
+                                     dname, ms, 3 * a.numel() * a.element_size(), copy_bw, threads_d=trial.threads_d,
+                                     threads_t=threads_t, steps=steps, vec=trial.vec, min_blocks=occupancy,
+                                     error=err))
+            del a, b
     return rows
 
 
@@ -171,10 +204,16 @@ def judge(rows):
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="linear_scan at [8,1536,4096] and [1,64,65536] only")
+    parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_scan needs a CUDA GPU")
     copy_bw = copy_bandwidth()
+    if args.plans:
+        rows = plan_sweep(copy_bw)
+        print(write_results("scan_plans", rows, title="linear_scan forward: the solver's plan and its neighbours",
+                            notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
+        return rows
     acc = accelerated_scan_kernels()
     thin = (1, 64, 65536)
     wide = [(8, 1536, T) for T in ((4096,) if args.quick else WIDE_T)]

@@ -41,11 +41,14 @@ def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
 
 
 def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None,
-             dy: torch.Tensor | None = None, h: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-    """One launch. Forward returns (h,); backward returns (grad of each input..., grad_h0 in fp32 or None)."""
+             dy: torch.Tensor | None = None, h: torch.Tensor | None = None,
+             kernel_plan: ScanPlan | None = None) -> tuple[torch.Tensor, ...]:
+    """One launch. Forward returns (h,); backward returns (grad of each input..., grad_h0 in fp32 or None).
+
+    `kernel_plan` replaces the solver's plan (benchmarks compare the model's choice with alternatives)."""
     x = inputs[0]
     B, T, D = x.shape
-    p = device_plan(cell, x, direction)
+    p = kernel_plan or device_plan(cell, x, direction)
     access = p.vec * x.element_size()
     inputs = tuple(_aligned(t, access) for t in inputs)
     h0 = None if h0 is None else _aligned(h0, access)
