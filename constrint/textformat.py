@@ -50,11 +50,7 @@ Lookup = Callable[[str, Pos], Value]
 
 def parse(text: str, dialect: str = "python") -> Model:
     """The model written in `text` in `dialect`; raises ParseError (with line and column) on bad text."""
-    if dialect == "python":
-        return _PythonReader(text).read()
-    if dialect == "constrint":
-        return _ConstrintReader(text).read()
-    raise ConstrintError(f"unknown dialect {dialect!r}; use one of {', '.join(map(repr, DIALECTS))}")
+    return _reader(text, dialect).read()
 
 
 def parse_expression(text: str, model: Model, dialect: str = "python") -> Value:
@@ -66,10 +62,14 @@ def parse_expression(text: str, model: Model, dialect: str = "python") -> Value:
             raise ParseError(f"unknown variable {name!r}; the model has {known or 'no variables'}", *pos)
         return model.variables[name]
 
+    return _reader(text, dialect).expression(existing)
+
+
+def _reader(text: str, dialect: str) -> _PythonReader | _ConstrintReader:
     if dialect == "python":
-        return _PythonReader(text).expression(existing)
+        return _PythonReader(text)
     if dialect == "constrint":
-        return _ConstrintReader(text).expression(existing)
+        return _ConstrintReader(text)
     raise ConstrintError(f"unknown dialect {dialect!r}; use one of {', '.join(map(repr, DIALECTS))}")
 
 

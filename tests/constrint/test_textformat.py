@@ -336,3 +336,17 @@ def test_constrint_newlines_do_not_end_statements():
         parse("A == 1\nB == 2;", "constrint")
     assert (info.value.line, info.value.column) == (2, 3)  # one statement 'A == 1 B == 2': two '=='
     assert "one '=='" in str(info.value)
+
+
+def test_python_value_lists_are_sets_and_later_lists_are_membership():
+    m = parse("x == [32, 8, 8, 16]\r\nx == [16, 32, 64]\r\ny in [x]\r\n")
+    assert domain_of(m, "x") == [8, 16, 32]
+    assert [str(c) for c in m.constraints] == ["x == [16, 32, 64]", "y in [x]"]
+    assert solution_set(m) == {(("x", 16), ("y", 16)), (("x", 32), ("y", 32))}
+
+
+def test_constrint_names_numbers_and_single_value_lists():
+    m = parse("TILE_2 == [ 16 ];\nBIG == 1073741824;\nTILE_2 * N2 <= 64 ;", "constrint")
+    assert domain_of(m, "TILE_2") == [16]
+    assert m.count() == 4  # N2 in 1..4, BIG fixed
+    assert m.solve(prefer=[("N2", "max")])["BIG"] == 2**30
