@@ -1,10 +1,13 @@
 """Scan benchmark: linear_scan, minGRU and minLSTM kernels against the baselines, as bandwidth vs a copy.
 
+Shapes are [B, T, D] (the `shape` column is B x T x D): [8, T, 1536] for T from 256 to 65,536 and the thin
+[1, 65536, 64].
+
 Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton) on the same data in their
 [B, D, T] layout; fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates by torch,
 then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T only).
 Bandwidth counts each input read once and each output written once, against a device-to-device copy measured in
-the same run. `--quick` measures linear_scan alone at [8, 1536, 4096] and [1, 64, 65536]; `--plans` times the
+the same run. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64]; `--plans` times the
 solver's plan against neighbouring plans (results/scan_plans.*).
 """
 from __future__ import annotations
@@ -93,7 +96,7 @@ def plan_sweep(copy_bw) -> list[dict]:
     plan's cost model against measurement."""
     rows = []
     for dname, dtype in DTYPES.items():
-        for shape in ((8, 1536, 4096), (1, 64, 65536)):
+        for shape in ((8, 4096, 1536), (1, 65536, 64)):  # [B, T, D]
             a = (torch.rand(*shape, device="cuda") * 0.5 + 0.5).to(dtype)
             b = torch.randn(*shape, device="cuda").to(dtype)
             chosen = device_plan("linear", a, "forward")
@@ -106,7 +109,10 @@ def plan_sweep(copy_bw) -> list[dict]:
                     regs = (REG_BASE + steps * 2 * chosen.vec + 7) // 8 * 8
                     trial = dataclasses.replace(chosen, threads_t=threads_t, steps=steps, min_blocks=1,
                                                 regs_estimate=regs)
-                    occupancy = hwmodels.blocks_per_sm(gpu, threads, regs, trial.smem_bytes).blocks_per_sm
+                    try:
+                        occupancy = hwmodels.blocks_per_sm(gpu, threads, regs, trial.smem_bytes).blocks_per_sm
+                    except hwmodels.LaunchConfigError:  # this block cannot launch with that many registers
+                        continue
                     trial = dataclasses.replace(trial, min_blocks=occupancy)
                     ms, err = _time(lambda: run_scan("linear", "forward", (a, b), None, kernel_plan=trial))
                     rows.append(_row("linear_scan", "solver's plan" if trial == chosen else "alternative", shape,
@@ -183,7 +189,7 @@ def judge(rows):
             if others:
                 best = min(others)
                 r["speedup vs best accelerated-scan"] = best / r["ms"]
-                need = 2.0 if r["shape"].startswith("1x64x") else 1.0
+                need = 2.0 if r["shape"] == "1x65536x64" else 1.0
                 r["target vs accelerated-scan"] = "pass" if best / r["ms"] >= need else "FAIL"
         if r["op"] in ("min_gru", "min_lstm") and r["impl"] == "fused":
             unfused = find(r["op"], "unfused (gates, then linear_scan)", r["shape"], r["dtype"], r.get("pass_"))
@@ -203,7 +209,7 @@ def judge(rows):
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="linear_scan at [8,1536,4096] and [1,64,65536] only")
+    parser.add_argument("--quick", action="store_true", help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
     parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -215,8 +221,8 @@ def main(argv=None) -> list[dict]:
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     acc = accelerated_scan_kernels()
-    thin = (1, 64, 65536)
-    wide = [(8, 1536, T) for T in ((4096,) if args.quick else WIDE_T)]
+    thin = (1, 65536, 64)  # shapes are [B, T, D]: the issue's [8, 1536, T] and [1, 64, 65536] in (B, D, T) order
+    wide = [(8, T, 1536) for T in ((4096,) if args.quick else WIDE_T)]
     rows = []
     for shape in [thin] + wide:
         for dname in DTYPES:
