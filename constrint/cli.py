@@ -1,12 +1,13 @@
 """The `constrint` command: `constrint solve FILE` prints the solutions of a model file as a table or JSON.
 
 Exit status: 0 solved, 1 infeasible (the minimal core is printed), 2 bad input (an unreadable file, a syntax
-error reported as FILE:LINE:COLUMN, a bad option), 3 the time limit ran out.
+error reported as FILE:LINE:COLUMN, a bad option), 3 the time limit ran out, 141 the output pipe closed early.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -16,6 +17,7 @@ from .model import Model, Solution
 from .textformat import DIALECTS, parse, parse_expression
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_TIME_LIMIT = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a pipeline cut short
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
-    return _solve(args)
+    try:
+        return _solve(args)
+    except BrokenPipeError:  # the reader of our output went away (`constrint solve ... | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_BROKEN_PIPE
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -175,3 +175,14 @@ def test_python_dash_m_runs_the_same_command(tiles):
     done = subprocess.run([sys.executable, "-m", "constrint", "solve", tiles, "--count"],
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, f"{len(TILE_SOLUTIONS)}\n")
+
+
+def test_output_pipe_closed_early_exits_quietly(tmp_path):
+    path = tmp_path / "many.py"
+    path.write_text("a in [1..100]; b in [1..100]\n")  # 10,000 rows: more than a pipe buffer holds
+    proc = subprocess.Popen([sys.executable, "-m", "constrint", "solve", str(path), "--all"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().split() == [b"a", b"b"]
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
