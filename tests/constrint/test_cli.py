@@ -155,14 +155,14 @@ def test_bad_objective_and_options_exit_2(capsys, tiles):
 
 
 def test_time_limit_exits_3(capsys, tmp_path):
-    # pigeonhole: 12 pairwise different values in 11 slots, stated as separate '!=' constraints
-    names = [f"p{i}" for i in range(12)]
-    text = "\n".join(f"{n} in [1..11]" for n in names) + "\n" + "\n".join(
-        f"{a} != {b}" for i, a in enumerate(names) for b in names[i + 1:])
-    path = tmp_path / "pigeons.py"
-    path.write_text(text)
-    code, _, err = run(capsys, "solve", str(path), "--time-limit", "0.05")
+    # 10**12 solutions tied by one sum: counting them one by one cannot finish in 50 ms
+    names = [f"x{i}" for i in range(12)]
+    path = tmp_path / "many.py"
+    path.write_text("\n".join(f"{n} in [1..10]" for n in names) + "\n" + " + ".join(names) + " != 7\n")
+    code, _, err = run(capsys, "solve", str(path), "--count", "--time-limit", "0.05")
     assert code == EXIT_TIME_LIMIT and "time limit" in err
+    code, out, _ = run(capsys, "solve", str(path), "--count", "--time-limit", "0.05", "--json")
+    assert code == EXIT_TIME_LIMIT and json.loads(out)["status"] == "time_limit"
 
 
 def test_reads_standard_input(capsys, monkeypatch):
