@@ -22,6 +22,7 @@ import ast
 import cProfile
 import io
 import operator
+import os
 import platform
 import pstats
 import statistics
@@ -364,13 +365,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     rows = [gemm_row(repeat), *queens_rows(QUEENS[:2] if args.quick else QUEENS, repeat), *kernel_rows(repeat)]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     versions = (f"Python {platform.python_version()} · ortools {version('ortools')} · "
-                f"python-constraint2 {version('python-constraint2')}")
+                f"python-constraint2 {version('python-constraint2')} · {os.cpu_count()} CPUs, load average "
+                f"{load} at the end of the run")
     notes = [
         f"{versions}. Times in ms, median of {repeat} run(s). constrint_ms is end to end from the model text "
         "(parse + solve); constrint_solve_ms is the search alone on the parsed model. vs_* = constrint_ms / "
         "other (below 1 means constrint is faster). CP-SAT's first solution under preferences is a fixed "
         "search over the preferred variables in order (one worker).",
+        "python-constraint2 2.9.0 finds no solution for the string constraint "
+        "`(BM // WARP_M) * (BN // WARP_N) == WARPS`, so the GEMM model states it as the equivalent "
+        "`BM * BN == WARPS * WARP_M * WARP_N` (beside `BM % WARP_M == 0` and `BN % WARP_N == 0`). "
+        "python-constraint2 cannot take the kernel model: it lists every value of every domain.",
     ]
     print(common.write_results("solver", rows, title="Solver benchmark: constrint, python-constraint2, CP-SAT",
                                notes=notes))
