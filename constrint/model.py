@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from itertools import islice, repeat
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, Sequence, Union
 
@@ -140,13 +141,9 @@ class Model:
             return
         flat = self._flatten(self._constraints)
         index = {name: i for i, name in enumerate(self._vars)}
-        found = 0
-        for values in solve_parts(flat.store, flat.props, flat.n_user, self._constraints, self._domains(),
-                                  order, time_limit, BLOCK_ROWS if limit is None else 0):
-            yield Solution(index, values)
-            found += 1
-            if found == limit:
-                return
+        found = solve_parts(flat.store, flat.props, flat.n_user, self._constraints, self._domains(), order,
+                            time_limit, BLOCK_ROWS if limit is None else 0)
+        yield from map(Solution, repeat(index), found if limit is None else islice(found, limit))
 
     def count(self, time_limit: float | None = None) -> int:
         """The number of solutions."""

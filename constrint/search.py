@@ -50,6 +50,7 @@ class Search:
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
         self.nodes = 0
         self.block_rows = block_rows
+        self.fit_everywhere = False
         self.constraints = constraints if component is None else [
             c for c in constraints if any(v.index in inside for v in c.variables().values())]
         self.verify = verify
@@ -121,6 +122,8 @@ class Search:
         s = self.store
         if root and not root_fixpoint(s, self.props):
             return
+        # bounds only shrink below this point: what fits in int64 here fits at every node
+        self.fit_everywhere = self.block_rows > 0 and self._fits()
         stack: list[tuple[int, int, int, str]] = []
         lo, hi = s.lo, s.hi
         while True:
@@ -167,6 +170,13 @@ class Search:
             else:
                 return
 
+    def _fits(self) -> bool:
+        """True when every subexpression of the constraints and objective fits in int64 at the current bounds."""
+        lo, hi = self.store.lo, self.store.hi
+        if self.objective is not None and not fits_int64(self.objective[2], lo, hi):
+            return False
+        return all(constraint_fits(c, lo, hi) for c in self.constraints)
+
     def _block(self) -> np.ndarray | None:
         """All solutions below this node when its unfixed user variables span few enough combinations."""
         s = self.store
@@ -180,9 +190,7 @@ class Search:
             if rows > self.block_rows:
                 return None
         moving = set(free)
-        if not all(constraint_fits(c, lo, hi) for c in self.constraints):
-            return None
-        if self.objective is not None and not fits_int64(self.objective[2], lo, hi):
+        if not self.fit_everywhere and not self._fits():
             return None
         direction = dict(self.prefer)
         axes = []
