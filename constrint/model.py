@@ -6,13 +6,13 @@ from itertools import islice, repeat
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, Sequence, Union
 
+from .check import verifier
+from .components import count_parts, solve_parts
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
 from .errors import ConstrintError, Infeasible, UnknownVariable
-from .check import verifier
-from .components import count_parts, solve_parts
 from .explain import minimal_core
-from .expr import Expr, IntVar, Operand, evaluate, operand
+from .expr import Expr, IntVar, Operand, evaluate, operand, variables
 from .flatten import Flattener
 from .search import MAX, MIN, Search
 
@@ -165,7 +165,7 @@ class Model:
         time_limit = _check_time_limit(time_limit)
         expr = operand(expr, "objective")
         if isinstance(expr, Expr):
-            self._check_owned(_expr_vars(expr))
+            self._check_owned(variables(expr, {}).values())
         flat = self._flatten(self._constraints)
         obj = flat.var_of(expr)
         best = None
@@ -235,12 +235,6 @@ class Model:
         for v in variables:
             if v.owner is not self:
                 raise ConstrintError(f"variable {v.name!r} belongs to another Model; create it with this one")
-
-
-def _expr_vars(e: Expr) -> list[IntVar]:
-    from .expr import variables
-
-    return list(variables(e, {}).values())
 
 
 def _names(vars_: Mapping[str, IntVar]) -> str:
