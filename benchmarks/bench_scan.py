@@ -7,8 +7,8 @@ Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton
 [B, D, T] layout; fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates by torch,
 then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T only).
 Bandwidth counts each input read once and each output written once, against a device-to-device copy measured in
-the same run. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64]; `--plans` times the
-solver's plan against neighbouring plans (results/scan_plans.*).
+the same run. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
+`--plans` times the solver's plan against neighbouring plans (results/scan_plans.*).
 """
 from __future__ import annotations
 
@@ -209,7 +209,8 @@ def judge(rows):
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
+    parser.add_argument("--quick", action="store_true",
+                        help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
     parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

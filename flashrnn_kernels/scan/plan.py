@@ -2,14 +2,16 @@
 
 Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread,
 one 16-byte access at most), `steps` (time steps each thread holds in registers) and `min_blocks` (resident blocks
-per SM the launch bounds promise). Everything else (threads, chunk length, tile, shared memory) is derived here
-and re-checked by static_assert in scan.cu. Neither T nor B enters the model: a chunk is `chunk_len` steps, and
+per SM the launch bounds promise). Everything else (threads, chunk length, tile, shared memory) is derived here;
+scan.cu re-checks the block shape by static_assert (whole warps, accesses of at most 16 bytes). Neither T nor B enters the model: a chunk is `chunk_len` steps, and
 the number of chunks, ceil(T / chunk_len), is a launch-time quantity.
 
-Cost: the model asks for 16-byte accesses where D allows, a warp row of at least 128 bytes, for enough bytes in flight per SM to cover memory latency at full bandwidth (Little's law,
-from the GPU's bandwidth and SM count), a chunk long enough that the look-back traffic stays under 1/16 of the
-data, and, among those, the shortest chunk (most parallelism at short T and thin shapes), the least padding
-along D, the fewest rows (each row folds the rows before it) and larger blocks (fewer tickets and look-backs).
+Cost: the model asks for 16-byte accesses where D allows, a warp row of at least 128 bytes, at least two resident
+blocks per SM, enough bytes in flight per SM to cover memory latency at full bandwidth (Little's law, from the
+GPU's bandwidth and SM count), a chunk long enough that the look-back traffic stays under 1/16 of the data, and,
+among those, the shortest chunk (most parallelism at short T and thin shapes), the least padding along D, the
+fewest rows (each row folds the rows before it) and larger blocks (fewer tickets and look-backs). The model has no
+arithmetic term: on the H200 the fused bf16 gates made the kernel slower than gates-then-scan (benchmarks/results).
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from .problem import CELLS, DTYPES, ScanProblem
 SOURCE_PATH = Path(__file__).with_name("scan.cu")
 
 REG_BASE = 112
-"""Registers a thread needs besides its held steps: calibrated on nvcc 13 (sm_80/sm_90) without a cap, where
-usage was at most REG_BASE + steps * input_count * vec for every cell, dtype and direction."""
+"""Registers a thread needs besides its held steps: calibrated with nvcc 13 for sm_90 on 32 x 8 blocks without a
+cap, where usage stayed at most REG_BASE + steps * input_count * vec for every cell, dtype and direction; the nvcc
+test checks every rendered plan for spills."""
 
 LATENCY_NS = 1500
 """Memory latency the bytes in flight must cover (loaded DRAM latency on A100/H100-class parts is 0.6-1.5 us)."""

@@ -18,8 +18,8 @@
 #include "cells/ops.cuh"
 
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
-    !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE)
-#error "scan.cu needs every ScanPlan field: SCAN_THREADS_D SCAN_THREADS_T SCAN_VEC SCAN_STEPS SCAN_CELL SCAN_REVERSE SCAN_DTYPE"
+    !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE)
+#error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_MIN_BLOCKS, SCAN_CELL, ..."
 #endif
 
 #if SCAN_DTYPE == 0
@@ -261,7 +261,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     for (int j = 0; j < SCAN_VEC; ++j) state[j] = s_carry[tx * SCAN_VEC + j];
     for (int r = 0; r < ty; ++r) {
 #pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(s_a[r][tx * SCAN_VEC + j], state[j], s_b[r][tx * SCAN_VEC + j]);
+        for (int j = 0; j < SCAN_VEC; ++j)
+            state[j] = fmaf(s_a[r][tx * SCAN_VEC + j], state[j], s_b[r][tx * SCAN_VEC + j]);
     }
 
     // Phase 3: rescan this thread's steps from registers and write the outputs.

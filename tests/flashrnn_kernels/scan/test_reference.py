@@ -38,7 +38,8 @@ def test_chunked_decomposition_equals_loop(chunk_len):
     a, b = torch.rand(3, 29, 5, dtype=F64), torch.randn(3, 29, 5, dtype=F64)
     h0 = torch.randn(3, 5, dtype=F64)
     for start in (None, h0):
-        assert relative_error(ref.linear_scan_chunked(a, b, start, chunk_len), ref.linear_scan_loop(a, b, start)) < 1e-13
+        chunked = ref.linear_scan_chunked(a, b, start, chunk_len)
+        assert relative_error(chunked, ref.linear_scan_loop(a, b, start)) < 1e-13
 
 
 @pytest.mark.parametrize("fn,n", [(ref.linear_scan_loop, 2), (ref.min_gru_loop, 2), (ref.min_lstm_loop, 3),
