@@ -11,6 +11,7 @@ from typing import Any
 from .cells import CellSpec, get_cell
 from .dispatch import ReferenceFallbackWarning, flashrnn
 from .nn import FlashLSTM
+from .scan import MinGRU, MinLSTM, linear_scan, min_gru, min_lstm
 
 _LAZY_PLAN_NAMES = ("plan", "KernelPlan")
 
