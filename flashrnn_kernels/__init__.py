@@ -1,7 +1,7 @@
 """Fast recurrent networks on NVIDIA GPUs: fused persistent kernels planned by a constraint solver.
 
-Public API: `flashrnn` (the recurrent op), `FlashLSTM` (nn.Module), `get_cell`, and `plan` / `KernelPlan`
-(the fused kernel's planner, imported on first use).
+Public API: `flashrnn` (the recurrent op), the modules `FlashLSTM`, `FlashGRU`, `FlashSLSTM`, `FlashElman`,
+`get_cell`, and `plan` / `KernelPlan` (the fused kernel's planner, imported on first use).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from .cells import CellSpec, get_cell
 from .dispatch import ReferenceFallbackWarning, flashrnn
-from .nn import FlashLSTM
+from .nn import FlashElman, FlashGRU, FlashLSTM, FlashRNNBase, FlashSLSTM
 from .scan import MinGRU, MinLSTM, linear_scan, min_gru, min_lstm
 
 _LAZY_PLAN_NAMES = ("plan", "KernelPlan")
@@ -22,4 +22,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'flashrnn_kernels' has no attribute {name!r}")
 
 
-__all__ = ["CellSpec", "FlashLSTM", "KernelPlan", "ReferenceFallbackWarning", "flashrnn", "get_cell", "plan"]
+__all__ = [
+    "CellSpec",
+    "FlashElman",
+    "FlashGRU",
+    "FlashLSTM",
+    "FlashRNNBase",
+    "FlashSLSTM",
+    "KernelPlan",
+    "ReferenceFallbackWarning",
+    "flashrnn",
+    "get_cell",
+    "plan",
+]
