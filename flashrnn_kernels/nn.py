@@ -20,7 +20,7 @@ States = Tensor | tuple[Tensor, ...]
 """h_n alone for one-state cells (GRU, Elman), else a tuple in the cell's state order, each [L * D, B, H]."""
 
 
-def check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: int) -> list[int] | None:
+def _check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: int) -> list[int] | None:
     """Validated per-sequence lengths as a list of ints in [1, steps], one per sequence, any order."""
     if lengths is None:
         return None
@@ -40,7 +40,9 @@ def check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: int
     else:
         raise TypeError(f"lengths must be a 1-D CPU integer tensor or a list of ints, got {lengths!r}")
     if len(values) != batch:
-        raise ValueError(f"lengths has {len(values)} entries but the batch has B={batch} sequences; give one per sequence")
+        raise ValueError(
+            f"lengths has {len(values)} entries but the batch has B={batch} sequences; give one per sequence"
+        )
     for index, length in enumerate(values):
         if not 1 <= length <= steps:
             raise ValueError(
@@ -218,7 +220,10 @@ class FlashRNNBase(nn.Module):
         names = self._state_names()
         if len(names) == 1:
             if not isinstance(states, Tensor):
-                raise ValueError(f"states must be a tensor h_0 [num_layers * D, B, hidden_size] or None, got {states!r}")
+                raise ValueError(
+                    "states must be a tensor h_0 [num_layers * D, B, hidden_size] or None, "
+                    f"got a {type(states).__name__}"
+                )
             states = (states,)
         elif not (isinstance(states, (tuple, list)) and len(states) == len(names)):
             raise ValueError(
@@ -231,7 +236,7 @@ class FlashRNNBase(nn.Module):
                 raise ValueError(
                     f"{name} must have shape [num_layers * D, B, hidden_size] = {list(expected)}, got {shape}"
                 )
-        return torch.stack(tuple(states)).view(len(names), *expected[:2], self.num_heads, self.head_dim)
+        return torch.stack(tuple(states)).reshape(len(names), *expected[:2], self.num_heads, self.head_dim)
 
     def _direction(
         self, x: Tensor, params: tuple[Tensor, Tensor, Tensor | None], states: Tensor | None, lengths: list[int] | None
@@ -262,7 +267,7 @@ class FlashRNNBase(nn.Module):
         if not self.batch_first:
             x = x.transpose(0, 1)
         B, T, _ = x.shape
-        lengths = check_lengths(lengths, B, T)
+        lengths = _check_lengths(lengths, B, T)
         initial = self._initial_states(states, B)
         finals = []
         for layer in range(self.num_layers):
@@ -290,9 +295,13 @@ class FlashRNNBase(nn.Module):
         """A module (num_heads=1) computing the same function as `module`, every layer and direction copied."""
         twin = cls.torch_type
         if twin is None:
-            raise TypeError(f"{cls.__name__} has no torch.nn counterpart; from_torch serves FlashLSTM, FlashGRU, FlashElman")
+            raise TypeError(
+                f"{cls.__name__} has no torch.nn counterpart; from_torch serves FlashLSTM, FlashGRU and FlashElman"
+            )
         if not isinstance(module, twin):
-            raise TypeError(f"{cls.__name__}.from_torch expects a torch.nn.{twin.__name__}, got {type(module).__name__}")
+            raise TypeError(
+                f"{cls.__name__}.from_torch expects a torch.nn.{twin.__name__}, got {type(module).__name__}"
+            )
         unsupported = {"proj_size": (getattr(module, "proj_size", 0), 0)}
         if twin is nn.RNN:
             unsupported["nonlinearity"] = (module.nonlinearity, "tanh")
