@@ -25,12 +25,18 @@ class ParseError(ConstrintError):
 
 
 class Infeasible(ConstrintError):
-    """The model has no solution; `core` is a minimal list of the user's constraints without one."""
+    """The model has no solution; `core` is a list of the user's constraints that has none.
 
-    def __init__(self, core: Sequence[object]) -> None:
+    `core` is minimal (dropping any one of its constraints leaves a satisfiable set) when `minimal` is True. It is
+    False only when some subset test did not settle within its time budget: the core is still infeasible then.
+    """
+
+    def __init__(self, core: Sequence[object], minimal: bool = True) -> None:
         self.core = list(core)
+        self.minimal = minimal
         names = "; ".join(str(c) for c in self.core) or "(the variable domains alone)"
-        super().__init__(f"no solution: these constraints cannot all hold: {names}")
+        note = "" if minimal else " (not proven minimal: some subsets could not be settled in time)"
+        super().__init__(f"no solution: these constraints cannot all hold{note}: {names}")
 
 
 class TimeLimit(ConstrintError):

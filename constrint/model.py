@@ -10,11 +10,16 @@ from .check import verifier
 from .components import count_parts, solve_parts
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
-from .errors import ConstrintError, Infeasible, UnknownVariable
+from .errors import ConstrintError, Infeasible, TimeLimit, UnknownVariable
 from .explain import minimal_core
 from .expr import Expr, IntVar, Operand, evaluate, operand, variables
 from .flatten import Flattener
-from .search import MAX, MIN, Search
+from .search import MAX, MIN, Search, root_fixpoint
+
+CORE_CHECK_SECONDS = 0.5
+"""Budget of one subset test while shrinking an infeasible core; an unsettled test keeps its constraints."""
+CORE_SECONDS = 5.0
+"""Budget of all subset tests of one core when the caller set no time limit."""
 
 BLOCK_ROWS = 1 << 14  # enumerate all solutions in numpy blocks of at most this many combinations
 VarRef = Union[IntVar, str]
@@ -193,13 +198,32 @@ class Model:
         return next(found, None) is not None
 
     def _infeasible(self, time_limit: float | None) -> Infeasible:
-        deadline = None if time_limit is None else time.perf_counter() + time_limit
+        """Infeasible with a core: minimal when every subset test settles within its budget."""
+        deadline = time.perf_counter() + (CORE_SECONDS if time_limit is None else time_limit)
+        proven = True
 
         def feasible(cs: list[Constraint]) -> bool:
-            left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
-            return self._feasible(cs, left)
+            nonlocal proven
+            left = deadline - time.perf_counter()
+            try:
+                if left > 0:
+                    return self._feasible(cs, min(left, CORE_CHECK_SECONDS))
+            except TimeLimit:
+                pass
+            proven = False  # unsettled: keep the constraints tested, so the core stays infeasible
+            return True
 
-        return Infeasible(minimal_core(self._constraints, feasible))
+        def root_consistent(cs: list[Constraint]) -> bool:
+            flat = self._flatten(cs)
+            return root_fixpoint(flat.store, flat.props)
+
+        # Where propagation alone refutes the model, first shrink to a set that propagation refutes (cheap
+        # tests, no search), then make that set minimal with the complete test.
+        suspects = self._constraints
+        if not root_consistent(suspects):
+            suspects = minimal_core(suspects, root_consistent)
+        core = minimal_core(suspects, feasible)
+        return Infeasible(core, minimal=proven)
 
     def _domains(self) -> list[tuple[int, int, frozenset | None]]:
         return [(v.domain.lo, v.domain.hi, None if v.domain.values is None else frozenset(v.domain.values))

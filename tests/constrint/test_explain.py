@@ -61,3 +61,41 @@ def test_kernel_model_core_names_the_culprits():
         names = [str(c) for c in e.core]
     assert any("shared memory" in n for n in names)
     assert len(names) < len(m.constraints) // 2
+
+
+def test_core_of_a_model_refuted_by_propagation_skips_search():
+    # 2976 * 4 is not a multiple of 54: propagation refutes it, whatever the many unrelated constraints allow
+    m = Model()
+    head, tiles, rows = m.int_var(1, 10**6, "head"), m.int_var(1, 1024, "tiles"), m.int_var(1, 10**9, "rows")
+    m.add(head == 2976)
+    m.add(tiles == 54)
+    m.add(rows * tiles == 4 * head)
+    free = [m.int_var(1, 10**6, f"v{i}") for i in range(30)]
+    for a, b in zip(free, free[1:]):
+        m.add(a * b <= 10**9)
+    try:
+        m.solve()
+    except Infeasible as e:
+        assert e.minimal
+        assert [str(c) for c in e.core] == ["head == 2976", "tiles == 54", "rows * tiles == 4 * head"]
+    else:
+        raise AssertionError("the model has no solution")
+
+
+def test_unsettled_subset_tests_keep_the_core_infeasible(monkeypatch):
+    # with no time for any subset test nothing is dropped by search: the core stays infeasible, flagged as such
+    import constrint.model
+
+    monkeypatch.setattr(constrint.model, "CORE_SECONDS", 0.0)
+    m = Model()
+    xs = [m.int_var(1, 5, f"x{i}") for i in range(6)]
+    m.add(m.all_different(xs))
+    m.add(xs[0] <= 5)
+    try:
+        m.solve()
+    except Infeasible as e:
+        assert not e.minimal
+        assert "not proven minimal" in str(e)
+        assert any("all_different" in str(c) for c in e.core)
+    else:
+        raise AssertionError("six different values in 1..5 do not exist")
