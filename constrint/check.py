@@ -1,18 +1,16 @@
-"""Original constraints compiled to fast checks: Python predicates over value tuples, numpy masks over blocks.
+"""Original constraints compiled to fast Python predicates over value tuples, and int64 range checks.
 
-Both follow `Constraint.holds` exactly (Python floor semantics; an undefined x // 0 or x % 0 makes the
-constraint containing it false) and read variable i of the model as position i of the values.
+The predicates follow `Constraint.holds` exactly (Python floor semantics; an undefined x // 0 or x % 0 makes
+the constraint containing it false) and read variable i of the model as position i of the values.
 The Python form is generated source, built only from variable indices, ints and operators.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import numpy as np
-
 from .errors import SolverBug
-from .constraints import COMPARE, AllDifferent, AnyOf, Compare, Constraint, Divides
-from .expr import BINARY, IntVar, Neg, Operand, binary_interval, pow_interval
+from .constraints import AllDifferent, AnyOf, Compare, Constraint, Divides
+from .expr import IntVar, Neg, Operand, binary_interval, pow_interval
 
 Predicate = Callable[[Sequence[int]], bool]
 INT64_SAFE = 1 << 62
@@ -84,28 +82,28 @@ def conjunction(constraints: Sequence[Constraint], domains: Sequence[tuple[int, 
 
 def fits_int64(e: Operand, lo: list[int], hi: list[int]) -> bool:
     """True when every subexpression of `e` stays within +-2**62 for variables within [lo, hi]."""
-    return _bounded(e, lo, hi) is not False
+    return int64_interval(e, lo, hi) is not False
 
 
-def _bounded(e: Operand, lo: list[int], hi: list[int]):
+def int64_interval(e: Operand, lo: list[int], hi: list[int]):
     """Interval of e, None if undefined everywhere, False if some subexpression may overflow int64."""
     if isinstance(e, int):
         r = (e, e)
     elif isinstance(e, IntVar):
         r = (lo[e.index], hi[e.index])
     elif isinstance(e, Neg):
-        r = _bounded(e.a, lo, hi)
+        r = int64_interval(e.a, lo, hi)
         if not r:
             return r
         r = (-r[1], -r[0])
     else:
-        ra = _bounded(e.a, lo, hi)  # type: ignore[attr-defined]
+        ra = int64_interval(e.a, lo, hi)  # type: ignore[attr-defined]
         if not ra:
             return ra
         if e.op == "**":  # type: ignore[attr-defined]
             r = pow_interval(ra[0], ra[1], e.b)  # type: ignore[attr-defined]
         else:
-            rb = _bounded(e.b, lo, hi)  # type: ignore[attr-defined]
+            rb = int64_interval(e.b, lo, hi)  # type: ignore[attr-defined]
             if not rb:
                 return rb
             r = binary_interval(e.op, ra[0], ra[1], rb[0], rb[1])  # type: ignore[attr-defined]
@@ -121,60 +119,6 @@ def constraint_fits(c: Constraint, lo: list[int], hi: list[int]) -> bool:
         return fits_int64(c.divisor, lo, hi) and fits_int64(c.multiple, lo, hi)
     return all(constraint_fits(d, lo, hi) if isinstance(d, Constraint) else fits_int64(d, lo, hi)
                for d in c.items)  # type: ignore[attr-defined]
-
-
-def np_value(e: Operand, cols: list, bad: list):
-    """e evaluated on numpy columns (or scalars); zero divisors are appended to `bad` as masks."""
-    if isinstance(e, int):
-        return np.int64(e)
-    if isinstance(e, IntVar):
-        return cols[e.index]
-    if isinstance(e, Neg):
-        return -np_value(e.a, cols, bad)
-    a = np_value(e.a, cols, bad)  # type: ignore[attr-defined]
-    op = e.op  # type: ignore[attr-defined]
-    if op == "**":
-        return a ** np.int64(e.b)  # type: ignore[attr-defined]
-    b = np_value(e.b, cols, bad)  # type: ignore[attr-defined]
-    if op == "//" or op == "%":
-        zero = b == 0
-        if np.any(zero):
-            bad.append(zero)
-            b = np.where(zero, 1, b)
-    return BINARY[op][1](a, b)
-
-
-def np_mask(c: Constraint, cols: list):
-    """Where c holds: a boolean array over the rows, or a numpy bool scalar when no column is involved."""
-    if isinstance(c, AnyOf):
-        out = np.False_
-        for d in c.items:
-            out = out | np_mask(d, cols)
-        return out
-    bad: list = []
-    if isinstance(c, Compare):
-        m = COMPARE[c.op](np_value(c.lhs, cols, bad), np_value(c.rhs, cols, bad))
-    elif isinstance(c, Divides):
-        m = np_value(c.multiple, cols, bad) % _nonzero(np_value(c.divisor, cols, bad), bad) == 0
-    else:
-        vals = [np_value(x, cols, bad) for x in c.items]  # type: ignore[attr-defined]
-        m = np.True_
-        for i in range(len(vals)):
-            for j in range(i):
-                m = m & (vals[i] != vals[j])
-    for z in bad:
-        m = m & ~z
-    return m
-
-
-def _nonzero(d, bad: list):
-    zero = d == 0
-    if not np.any(zero):
-        return d
-    bad.append(zero)
-    return np.where(zero, 1, d)
-
-
 
 
 def verifier(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]],

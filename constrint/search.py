@@ -15,16 +15,18 @@ Rows come in the same lexicographic order (preferred variables first, by directi
 from __future__ import annotations
 
 import time
+from itertools import chain, repeat
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .check import constraint_fits, fits_int64, np_mask, np_value
+from .check import constraint_fits, fits_int64
 from .constraints import Constraint
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
 from .propagate import fixpoint
 from .store import Conflict, Store
+from .vector import BlockCheck, block_checks, block_value
 
 MIN, MAX = "min", "max"
 SPLIT_MIN, SPLIT_MAX = "split-min", "split-max"  # domain bisection, lower / upper half first
@@ -55,6 +57,8 @@ class Search:
             c for c in constraints if any(v.index in inside for v in c.variables().values())]
         self.verify = verify
         self.domains = domains
+        self.checks: list[BlockCheck] = []  # compiled at the root of a search that enumerates blocks
+        self.objective_value: BlockCheck | None = None
 
     def _propagate(self) -> bool:
         s = self.store
@@ -107,23 +111,24 @@ class Search:
 
         With root=False the store is taken to be at a fixpoint already.
         """
-        for found in self._walk(root):
-            if isinstance(found, tuple):
-                yield found
-            else:
-                yield from map(tuple, found.tolist())
+        return chain.from_iterable(
+            (found,) if isinstance(found, tuple) else found.rows() for found in self._walk(root))
 
     def count(self, root: bool = True) -> int:
         """The number of solutions (without building them)."""
-        return sum(1 if isinstance(found, tuple) else len(found) for found in self._walk(root))
+        return sum(1 if isinstance(found, tuple) else found.size for found in self._walk(root))
 
-    def _walk(self, root: bool) -> Iterator["tuple[int, ...] | np.ndarray"]:
-        """Single solutions as tuples and blocks of solutions as int64 arrays (one row each)."""
+    def _walk(self, root: bool) -> Iterator["tuple[int, ...] | Block"]:
+        """Single solutions as tuples, and blocks of solutions."""
         s = self.store
         if root and not root_fixpoint(s, self.props):
             return
         # bounds only shrink below this point: what fits in int64 here fits at every node
         self.fit_everywhere = self.block_rows > 0 and self._fits()
+        if self.block_rows:  # compiled for the root bounds, which hold at every node below
+            self.checks = block_checks(self.constraints, s.lo, s.hi)
+            if self.objective is not None:
+                self.objective_value = block_value(self.objective[2], s.lo, s.hi)
         stack: list[tuple[int, int, int, str]] = []
         lo, hi = s.lo, s.hi
         while True:
@@ -148,7 +153,7 @@ class Search:
                     if self._propagate():
                         continue
             elif rows is not None:
-                if len(rows):
+                if rows.size:
                     yield rows
             else:
                 values = tuple(lo[: self.n_user])
@@ -177,7 +182,7 @@ class Search:
             return False
         return all(constraint_fits(c, lo, hi) for c in self.constraints)
 
-    def _block(self) -> np.ndarray | None:
+    def _block(self) -> Block | None:
         """All solutions below this node when its unfixed user variables span few enough combinations."""
         s = self.store
         lo, hi = s.lo, s.hi
@@ -189,41 +194,66 @@ class Search:
             rows *= s.size(i)
             if rows > self.block_rows:
                 return None
-        moving = set(free)
         if not self.fit_everywhere and not self._fits():
             return None
+        values: list = lo[: self.n_user]
+        for i, (dlo, dhi, allowed) in enumerate(self.domains[: self.n_user]):
+            if lo[i] < dlo or hi[i] > dhi:
+                raise SolverBug(f"variable {i} has bounds {lo[i]}..{hi[i]} outside its declared domain")
+            if allowed is not None and lo[i] == hi[i] and lo[i] not in allowed:
+                raise SolverBug(f"variable {i} has value {lo[i]} outside its declared domain")
         direction = dict(self.prefer)
         axes = []
-        for i in free:
+        last = len(free) - 1
+        for k, i in enumerate(free):
             vals = s.values(i)
-            dlo, dhi, allowed = self.domains[i]
-            if vals[0] < dlo or vals[-1] > dhi or (allowed is not None and not allowed.issuperset(vals)):
+            allowed = self.domains[i][2]
+            if allowed is not None and not allowed.issuperset(vals):
                 raise SolverBug(f"variable {i} has values {list(vals)} outside its declared domain")
-            vals = np.array(vals, dtype=np.int64)
-            axes.append(vals[::-1] if direction.get(i) == MAX else vals)
-        grid = np.meshgrid(*axes, indexing="ij", copy=False)
-        cols: list = [np.int64(lo[i]) for i in range(self.n_user)]
-        for i, g in zip(free, grid):
-            cols[i] = g.reshape(-1)
-        mask = np.ones(rows, dtype=bool)
-        for c in self.constraints:
-            mask &= np_mask(c, cols)
-        keep = np.flatnonzero(mask)
-        if self.objective is not None:
-            obj, sense, expr = self.objective
-            if len(keep):
-                values = np.broadcast_to(np_value(expr, cols, []), (rows,))[keep]
-                pick = int(np.argmin(values) if sense == MIN else np.argmax(values))
-                best = int(values[pick])
-                if self.bound is None or (best <= self.bound if sense == MIN else best >= self.bound):
-                    self.bound = best - 1 if sense == MIN else best + 1
-                    keep = keep[pick : pick + 1]
-                else:
-                    keep = keep[:0]
-        out = np.empty((len(keep), self.n_user), dtype=np.int64)
-        for i in range(self.n_user):
-            out[:, i] = cols[i][keep] if i in moving else lo[i]
-        return out
+            axis = np.array(vals[::-1] if direction.get(i) == MAX else vals, dtype=np.int64)
+            axes.append(axis)
+            values[i] = axis.reshape((1,) * k + (-1,) + (1,) * (last - k))
+        parts: dict = {}  # where the constraints hold, ANDed per set of axes they read (told by the shape)
+        for check in self.checks:
+            m = check(values)
+            shape = getattr(m, "shape", ())
+            parts[shape] = parts[shape] & m if shape in parts else m
+        if not parts.pop((), True):
+            return Block(free, axes, lo[: self.n_user], ())
+        mask = np.ones(tuple(len(a) for a in axes), dtype=bool)
+        for m in parts.values():
+            mask &= m
+        hits = np.nonzero(mask)
+        if self.objective is not None and len(hits[0]):
+            _, sense, _ = self.objective
+            value = self.objective_value(values)  # type: ignore[misc]
+            objective = np.broadcast_to(value, mask.shape)[hits]
+            pick = int(np.argmin(objective) if sense == MIN else np.argmax(objective))
+            best = int(objective[pick])
+            if self.bound is None or (best <= self.bound if sense == MIN else best >= self.bound):
+                self.bound = best - 1 if sense == MIN else best + 1
+                hits = tuple(h[pick : pick + 1] for h in hits)
+            else:
+                hits = ()
+        return Block(free, axes, lo[: self.n_user], hits)
+
+
+class Block:
+    """The solutions of a block: `hits[k]` indexes `axes[k]`, the values of user variable `free[k]`; the
+    other user variables keep their values in `fixed`."""
+
+    __slots__ = ("free", "axes", "fixed", "hits", "size")
+
+    def __init__(self, free: list[int], axes: list[np.ndarray], fixed: list[int], hits: tuple) -> None:
+        self.free, self.axes, self.fixed, self.hits = free, axes, fixed, hits
+        self.size = len(hits[0]) if hits else 0
+
+    def rows(self) -> Iterator[tuple[int, ...]]:
+        """The solutions as tuples, in the block's (lexicographic) order."""
+        cols: list = [repeat(v) for v in self.fixed]
+        for i, axis, hit in zip(self.free, self.axes, self.hits):
+            cols[i] = axis[hit].tolist()
+        return zip(*cols)
 
 
 def root_fixpoint(s: Store, props: list) -> bool:

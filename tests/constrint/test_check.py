@@ -1,4 +1,4 @@
-"""Compiled checks (Python and numpy) agree with Constraint.holds."""
+"""Compiled checks (Python predicates and numpy block checks) agree with Constraint.holds."""
 from __future__ import annotations
 
 import itertools
@@ -6,7 +6,8 @@ import itertools
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from constrint.check import constraint_fits, np_mask, predicates
+from constrint.check import constraint_fits, predicates
+from constrint.vector import block_checks
 
 from constrint_strategies import models
 
@@ -20,13 +21,34 @@ def test_compiled_checks_agree_with_holds(m):
     checks = predicates(m.constraints)
     lo = [min(d) for d in domains]
     hi = [max(d) for d in domains]
-    cols = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(len(names))]
-    for c in m.constraints:
+    shape = tuple(len(d) for d in domains)
+    # every variable on its own axis; then the first one fixed (a plain int) at its first value
+    axes = [np.array(d, dtype=np.int64).reshape(tuple(-1 if k == i else 1 for k in range(len(shape))))
+            for i, d in enumerate(domains)]
+    fixed = [domains[0][0], *(a.reshape(a.shape[1:]) for a in axes[1:])]
+    blocks = block_checks(m.constraints, lo, hi)
+    for c, block in zip(m.constraints, blocks):
         truth = [c.holds(dict(zip(names, r))) for r in rows]
         assert [checks[id(c)](r) for r in rows] == truth
         if constraint_fits(c, lo, hi):
-            mask = np.broadcast_to(np_mask(c, cols), (len(rows),))
-            assert mask.tolist() == truth
+            assert np.broadcast_to(block(axes), shape).reshape(-1).tolist() == truth
+            first = len(rows) // shape[0]
+            assert np.broadcast_to(block(fixed), shape[1:]).reshape(-1).tolist() == truth[:first]
+
+
+def test_block_checks_test_only_divisors_that_may_be_zero():
+    from constrint import Model
+
+    m = Model()
+    x = m.int_var(-3, 3, "x")
+    y = m.int_var(-2, 2, "y")
+    c = x // y >= 1
+    cols = [np.arange(-3, 4).reshape(-1, 1), np.arange(-2, 3).reshape(1, -1)]
+    may_be_zero, = block_checks([c], [-3, -2], [3, 2])
+    assert not may_be_zero(cols)[:, 2].any()  # y == 0: undefined, so false
+    assert may_be_zero([3, 0]) == np.False_
+    never_zero, = block_checks([c], [-3, 1], [3, 2])
+    assert never_zero([np.arange(-3, 4), 1]).tolist() == [x >= 1 for x in range(-3, 4)]
 
 
 def test_overflowing_constraints_are_not_vectorised():
