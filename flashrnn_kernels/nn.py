@@ -35,10 +35,13 @@ def _check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: in
         if lengths.dim() != 1:
             raise ValueError(f"lengths must be 1-D [B], got shape {list(lengths.shape)}")
         values = lengths.tolist()
-    elif isinstance(lengths, (list, tuple)) and all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+    elif isinstance(lengths, (list, tuple)):
+        bad = [n for n in lengths if not isinstance(n, int) or isinstance(n, bool)]
+        if bad:
+            raise TypeError(f"lengths must be a 1-D CPU integer tensor or a list of ints, got the entry {bad[0]!r}")
         values = list(lengths)
     else:
-        raise TypeError(f"lengths must be a 1-D CPU integer tensor or a list of ints, got {lengths!r}")
+        raise TypeError(f"lengths must be a 1-D CPU integer tensor or a list of ints, got {type(lengths).__name__}")
     if len(values) != batch:
         raise ValueError(
             f"lengths has {len(values)} entries but the batch has B={batch} sequences; give one per sequence"
@@ -111,7 +114,8 @@ class FlashRNNBase(nn.Module):
     tuple in the cell's state order otherwise; the output is [B, T, D * H] (or [T, B, D * H]) and the last states
     have the same form as `states`. `lengths` ([B] ints, CPU, any order, each in [1, T]) makes a padded batch
     behave like torch's packed sequences: outputs past a sequence's end are zero, its last states are taken at its
-    own length, and the reverse direction starts at its own end. `dropout` applies to the outputs of every layer
+    own length, and the reverse direction starts at its own end (each layer and direction then makes one `flashrnn`
+    call per distinct length, on the sequences still running). `dropout` applies to the outputs of every layer
     but the last while training. `backend` is passed to `flashrnn` ("auto", "fused" or "reference").
     """
 

@@ -215,8 +215,8 @@ X = torch.zeros(3, 6, 2)
         (torch.tensor([True, True, True]), TypeError, r"got dtype torch.bool"),
         (torch.tensor([[6, 2, 1]]), ValueError, r"lengths must be 1-D \[B\], got shape \[1, 3\]"),
         (torch.tensor([6, 2, 1], device="meta"), ValueError, r"lengths must be a CPU tensor .* on meta"),
-        ([6.0, 2, 1], TypeError, r"lengths must be a 1-D CPU integer tensor or a list of ints"),
-        ("6 2 1", TypeError, r"lengths must be a 1-D CPU integer tensor or a list of ints"),
+        ([6, 2.0, 1], TypeError, r"lengths must be a 1-D CPU integer tensor or a list of ints, got the entry 2.0"),
+        ("6 2 1", TypeError, r"lengths must be a 1-D CPU integer tensor or a list of ints, got str"),
     ],
 )
 def test_bad_lengths(lengths, error, message):
