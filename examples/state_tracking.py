@@ -205,7 +205,12 @@ def main(
     out_dir: str | Path = DEFAULT_OUT_DIR,
     seed: int = 0,
 ) -> dict:
-    """Train the three models, evaluate their length generalisation, write the plots; returns the results."""
+    """Train the three models, evaluate their length generalisation, write the plots; returns the results.
+
+    steps: training batches per model; train_length: the longest training sequence; eval_lengths: the sequence
+    lengths evaluated, `samples` sequences each; device: "cpu" (the reference path) or "cuda" (default when
+    present); out_dir: where the two PNGs and state_tracking.md go.
+    """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = "auto" if device.type == "cuda" else "reference"
     out_dir = Path(out_dir)
@@ -231,6 +236,7 @@ def main(
 
 
 def _run(steps, batch, train_length, eval_lengths, hidden_size, samples, device, backend, seed) -> dict:
+    """Train and evaluate each model: {name: {curve, train_seconds, parameters, eval_accuracy}}."""
     torch.manual_seed(seed)
     models = {
         "FlashLSTM": (RecurrentTagger(FlashLSTM, hidden_size, 1, backend), 1e-2),
