@@ -1,7 +1,8 @@
 """Fast recurrent networks on NVIDIA GPUs: fused persistent kernels planned by a constraint solver.
 
 Public API: `flashrnn` (the recurrent op), the modules `FlashLSTM`, `FlashGRU`, `FlashSLSTM`, `FlashElman`,
-`get_cell`, and `plan` / `KernelPlan` (the fused kernel's planner, imported on first use).
+`get_cell`, `plan` / `KernelPlan` (the fused kernel's planner, imported on first use), and the parallel-scan
+ops `linear_scan`, `min_gru`, `min_lstm` with their modules `MinGRU`, `MinLSTM`.
 """
 from __future__ import annotations
 
@@ -30,8 +31,13 @@ __all__ = [
     "FlashRNNBase",
     "FlashSLSTM",
     "KernelPlan",
+    "MinGRU",
+    "MinLSTM",
     "ReferenceFallbackWarning",
     "flashrnn",
     "get_cell",
+    "linear_scan",
+    "min_gru",
+    "min_lstm",
     "plan",
 ]
