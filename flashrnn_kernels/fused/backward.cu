@@ -5,16 +5,17 @@
 // dx_g[o][batch] from the full gate-gradient vector of the previous iteration (shared memory, exchanged through
 // distributed shared memory inside a cluster), then run the cell's backward step for their units in registers
 // (the gradients of the non-h states stay in registers) and publish their slice of dx. The saved gate values
-// and states of step t-1 are staged by cp.async while step t computes.
+// and states are staged by cp.async STAGES-1 steps ahead.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
+//   r_scratch: L2-resident home of the GLOBAL_K_TILES fragments, plan.scratch_bytes(B) bytes (null when 0)
 //   R [G, NH, DH, DH]   states [S, B, NH, DH]   h_out [B, T, NH, DH]   gates_save fp32 [B, T, G, NH, DH]
 //   states_save fp32 [S-1, B, T+1, NH, DH]   d_h [B, T, NH, DH] (gradient of h_out)
 //   d_last [S, B, NH, DH] (gradient of the last states)
 //   d_gates fp32 [B, T, G, NH, DH] (gradient of the pre-activations = of Wx)   d_states [S, B, NH, DH]
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
     !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
 #error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
 #endif
 
@@ -30,9 +31,9 @@ static_assert(M_TILES == 1, "backward: a warp owns one 16-row tile of R^T");
 #define SM_RFRAG 0
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
 #define SM_F32 (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
-#define SM_ELEM (SM_F32 + 2 * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
-#define SM_RED (SM_ELEM + 2 * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
-#define SM_TOTAL (SM_RED + (WARPS_K - 1) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define SM_ELEM (SM_F32 + STAGES * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
+#define SM_RED (SM_ELEM + STAGES * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
+#define SM_TOTAL (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
 #define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)
 static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
@@ -48,7 +49,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                         const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
                         const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
                         const elem_t* __restrict__ d_last, float* __restrict__ d_gates,
-                        elem_t* __restrict__ d_states, int B, int T) {
+                        elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
@@ -66,7 +67,9 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
 
     // A[0][row][k = g*DH + o] = R[g][head][o][u_warp + row]
     RecurrentA A;
-    A.load(rfrag, warp, k_first, [&](int, int row, int k) {
+    uint4* scratch = r_scratch + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS_M * WARPS_K * GLOBAL_K_TILES *
+                                       M_TILES * A_VECS * 32;
+    A.load(rfrag, scratch, warp, k_first, [&](int, int row, int k) {
         const int g = k / DH, o = k - g * DH;
         return to_float(R[((size_t)(g * NH + head) * DH + o) * DH + u_warp + row]);
     });
@@ -108,15 +111,21 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
         stage_rows(el + 2 * ELEM_TILE, d_h + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0, 1, elem_row_bytes,
                    seq_b * sizeof(elem_t), 0, valid_b);
     };
-    if (T > 0) stage(T - 1, 0);
-    cp_async_wait_all();
+    // Inputs of iteration `it` (step T-1-it) live in stage it % STAGES, staged STAGES-1 iterations ahead.
+    auto stage_iteration = [&](int it) {
+        if (it < T) stage(T - 1 - it, it % STAGES);
+        cp_async_commit();
+    };
+#pragma unroll 1
+    for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
+    cp_async_wait_group<STAGES - 2>();
     cluster_barrier();
 
     // Iteration `it` processes step t = T-1-it with the recurrent gradient of dx_{t+1} (none at it = 0);
     // iteration T only adds R^T dx_0 to the initial state's gradient.
     for (int it = 0; it <= T; ++it) {
         const int cur = it & 1, t = T - 1 - it;
-        if (it + 1 < T) stage(t - 1, cur ^ 1);
+        stage_iteration(it + STAGES - 1);
         float acc[M_TILES][N_TILES][4];
         if (it > 0) {
             A.multiply(acc, V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE, k_first);
@@ -131,11 +140,12 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                 for (int e = 0; e < 4; ++e) acc[0][n][e] = 0.f;
         }
         if (it == T) {
-            if (wk == 0) {
+            {
 #pragma unroll
                 for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
+                        if (!owns(n, e, wk)) continue;
                         const int u = u_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
                         if (col < valid_b) {
 #pragma unroll
@@ -148,13 +158,14 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
             break;
         }
         elem_t* Vn = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
-        if (wk == 0) {
-            const float* f = stage_f32 + cur * F32_TILE;
-            const elem_t* el = stage_elem + cur * 3 * ELEM_TILE;
+        {
+            const float* f = stage_f32 + (it % STAGES) * F32_TILE;
+            const elem_t* el = stage_elem + (it % STAGES) * 3 * ELEM_TILE;
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
+                    if (!owns(n, e, wk)) continue;
                     const int row = (lane >> 2) + 8 * (e >> 1), r = wm * 16 + row, u = u_warp + row;
                     const int col = n * 8 + 2 * (lane & 3) + (e & 1);
                     float a[G], s[S], y[S], d[S], dx[G], ds[S];
@@ -181,7 +192,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                     }
                 }
         }
-        cp_async_wait_all();
+        cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
 #if CLUSTER_BLOCKS > 1
         __syncthreads();
         broadcast_slice(Vn, G, DH, u_block, ROWS);

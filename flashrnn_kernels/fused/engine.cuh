@@ -11,7 +11,8 @@
 // Accumulator element e of tile (m, n) sits at row (lane/4 + 8*(e/2)), batch column (2*(lane%4) + e%2).
 //
 // Plan macros used (rendered by runtime/codegen.py): DTYPE_*, WARPS_M, WARPS_K, M_TILES, BATCH_TILE, K_TILE,
-// REG_K_TILES, CLUSTER_BLOCKS; the including kernel defines K_DIM and A_VALUE(m_tile, row, k).
+// REG_K_TILES, GLOBAL_K_TILES, CLUSTER_BLOCKS, STAGES; the including kernel defines K_DIM and passes
+// RecurrentA::load a functor a_value(m_tile, row, k) reading its view of R.
 #pragma once
 
 #include "cells/ops.cuh"
@@ -32,7 +33,7 @@ typedef float elem_t;
 #define THREADS (32 * WARPS_M * WARPS_K)
 #define ROWS_PER_BLOCK (16 * WARPS_M)
 #define K_TILES_PER_WARP (K_DIM / K_TILE / WARPS_K)
-#define SMEM_K_TILES (K_TILES_PER_WARP - REG_K_TILES)
+#define SMEM_K_TILES (K_TILES_PER_WARP - REG_K_TILES - GLOBAL_K_TILES)
 // V rows are padded by 16 bytes: ldmatrix rows and tf32 fragment words then fall in distinct banks.
 #define V_STRIDE (K_DIM + 16 / (int)sizeof(elem_t))
 
@@ -42,10 +43,11 @@ static_assert(K_TILE == 8, "fp32 uses m16n8k8 tf32 tiles: K_TILE must be 8");
 static_assert(K_TILE == 16, "bf16/fp16 use m16n8k16 tiles: K_TILE must be 16");
 #endif
 static_assert(K_DIM % (K_TILE * WARPS_K) == 0, "K must split evenly into k-tiles over WARPS_K warps");
-static_assert(REG_K_TILES >= 0 && REG_K_TILES <= K_TILES_PER_WARP, "REG_K_TILES out of range");
+static_assert(REG_K_TILES >= 0 && GLOBAL_K_TILES >= 0 && SMEM_K_TILES >= 0, "k-tile split out of range");
 static_assert(BATCH_TILE % 8 == 0, "BATCH_TILE must be a multiple of the mma n=8");
 static_assert(HEAD_DIM == CLUSTER_BLOCKS * ROWS_PER_BLOCK, "rows must split evenly over the cluster");
 static_assert(THREADS == PLAN_THREADS, "thread count differs from the plan");
+static_assert(STAGES >= 2, "per-step inputs are staged at least one step ahead");
 
 #if defined(DTYPE_FP32)
 #define A_REGS 8  // tf32 hi[0..3] and lo[4..7] of the four A elements a lane holds
@@ -154,29 +156,34 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[M_TILES][N_TILES][4], co
 #endif
 }
 
-// R held on chip by one warp: register fragments for its first REG_K_TILES k-tiles, shared-memory fragments
-// (16-byte vectors per lane, bank-conflict free) for the remaining SMEM_K_TILES.
+// R held by one warp for the whole sequence, k-tile by k-tile: the first REG_K_TILES as register fragments, the
+// next SMEM_K_TILES as pre-swizzled fragments in shared memory (16-byte vectors per lane, conflict free), the last
+// GLOBAL_K_TILES (only where a head is too large for its cluster's chips) as the same vectors in a global scratch
+// buffer that stays L2-resident. A stored fragment is read back only by the lane that wrote it.
 struct RecurrentA {
     afrag_t reg[REG_K_TILES > 0 ? REG_K_TILES : 1][M_TILES];
     const uint4* smem;  // this warp's [SMEM_K_TILES][M_TILES][A_VECS][32] vectors
+    const uint4* gmem;  // this warp's [GLOBAL_K_TILES][M_TILES][A_VECS][32] vectors
 
     template <typename AValue>
-    __device__ __forceinline__ void load(uint4* smem_all, int warp, int k_first, AValue a_value) {
+    __device__ __forceinline__ void load(uint4* smem_all, uint4* gmem_block, int warp, int k_first, AValue a_value) {
         const int lane = threadIdx.x & 31;
-        uint4* mine = smem_all + (size_t)warp * SMEM_K_TILES * M_TILES * A_VECS * 32;
-        smem = mine;
+        uint4* s_mine = smem_all + (size_t)warp * SMEM_K_TILES * M_TILES * A_VECS * 32;
+        uint4* g_mine = gmem_block + (size_t)warp * GLOBAL_K_TILES * M_TILES * A_VECS * 32;
+        smem = s_mine;
+        gmem = g_mine;
 #pragma unroll 1
-        for (int kt = 0; kt < K_TILES_PER_WARP; ++kt) {
+        for (int kt = REG_K_TILES; kt < K_TILES_PER_WARP; ++kt) {
+            const bool shared = kt < REG_K_TILES + SMEM_K_TILES;
+            uint4* dst = shared ? s_mine + (kt - REG_K_TILES) * M_TILES * A_VECS * 32
+                                : g_mine + (kt - REG_K_TILES - SMEM_K_TILES) * M_TILES * A_VECS * 32;
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m) {
                 afrag_t f;
                 load_a_fragment(f, m, k_first + kt * K_TILE, a_value);
-                if (kt >= REG_K_TILES) {
 #pragma unroll
-                    for (int v = 0; v < A_VECS; ++v)
-                        mine[(((kt - REG_K_TILES) * M_TILES + m) * A_VECS + v) * 32 + lane] =
-                            make_uint4(f[4 * v], f[4 * v + 1], f[4 * v + 2], f[4 * v + 3]);
-                }
+                for (int v = 0; v < A_VECS; ++v)
+                    dst[(m * A_VECS + v) * 32 + lane] = make_uint4(f[4 * v], f[4 * v + 1], f[4 * v + 2], f[4 * v + 3]);
             }
         }
 #pragma unroll
@@ -197,47 +204,63 @@ struct RecurrentA {
 #pragma unroll
         for (int kt = 0; kt < REG_K_TILES; ++kt) mma_k_tile(acc, reg[kt], V, k_first + kt * K_TILE);
 #pragma unroll 2
-        for (int kt = REG_K_TILES; kt < K_TILES_PER_WARP; ++kt) {
+        for (int kt = 0; kt < SMEM_K_TILES; ++kt) {
             afrag_t a[M_TILES];
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
                 for (int v = 0; v < A_VECS; ++v) {
-                    const uint4 x = smem[(((kt - REG_K_TILES) * M_TILES + m) * A_VECS + v) * 32 + lane];
+                    const uint4 x = smem[((kt * M_TILES + m) * A_VECS + v) * 32 + lane];
                     a[m][4 * v] = x.x; a[m][4 * v + 1] = x.y; a[m][4 * v + 2] = x.z; a[m][4 * v + 3] = x.w;
                 }
-            mma_k_tile(acc, a, V, k_first + kt * K_TILE);
+            mma_k_tile(acc, a, V, k_first + (REG_K_TILES + kt) * K_TILE);
+        }
+#pragma unroll 4
+        for (int kt = 0; kt < GLOBAL_K_TILES; ++kt) {
+            afrag_t a[M_TILES];
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+                for (int v = 0; v < A_VECS; ++v) {
+                    const uint4 x = __ldcg(gmem + ((kt * M_TILES + m) * A_VECS + v) * 32 + lane);
+                    a[m][4 * v] = x.x; a[m][4 * v + 1] = x.y; a[m][4 * v + 2] = x.z; a[m][4 * v + 3] = x.w;
+                }
+            mma_k_tile(acc, a, V, k_first + (REG_K_TILES + SMEM_K_TILES + kt) * K_TILE);
         }
     }
 };
 
-// Sum the WARPS_K partial products of one row group into the warps with k index 0 (one block barrier).
+// Accumulator elements (n-tile n, element e) are shared out over the WARPS_K warps of a row group for the
+// pointwise step: warp wk owns those with (4n + e) % WARPS_K == wk, and keeps their states for the whole sequence.
+__device__ __forceinline__ bool owns(int n, int e, int wk) { return WARPS_K == 1 || (n * 4 + e) % WARPS_K == wk; }
+
+// Sum the WARPS_K partial products of a row group into the warps owning each element (one block barrier).
 __device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
 #if WARPS_K > 1
     const int lane = threadIdx.x & 31;
     constexpr int PER = M_TILES * N_TILES * 4;
-    if (wk > 0) {
-        float* dst = red + ((size_t)((wk - 1) * WARPS_M + wm) * PER) * 32 + lane;
+    float* mine = red + ((size_t)(wk * WARPS_M + wm) * PER) * 32 + lane;
 #pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
+    for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
-            for (int n = 0; n < N_TILES; ++n)
+        for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) dst[((m * N_TILES + n) * 4 + e) * 32] = acc[m][n][e];
-    }
+            for (int e = 0; e < 4; ++e) mine[((m * N_TILES + n) * 4 + e) * 32] = acc[m][n][e];
     __syncthreads();
-    if (wk == 0) {
-#pragma unroll 1
-        for (int w = 1; w < WARPS_K; ++w) {
-            const float* src = red + ((size_t)((w - 1) * WARPS_M + wm) * PER) * 32 + lane;
 #pragma unroll
-            for (int m = 0; m < M_TILES; ++m)
+    for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
-                for (int n = 0; n < N_TILES; ++n)
+        for (int e = 0; e < 4; ++e) {
+            if (!owns(n, e, wk)) continue;
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[m][n][e] += src[((m * N_TILES + n) * 4 + e) * 32];
+            for (int m = 0; m < M_TILES; ++m) {
+                float sum = 0.f;
+#pragma unroll
+                for (int w = 0; w < WARPS_K; ++w)
+                    sum += red[(((size_t)(w * WARPS_M + wm) * PER) + (m * N_TILES + n) * 4 + e) * 32 + lane];
+                acc[m][n][e] = sum;
+            }
         }
-    }
 #endif
 }
 
@@ -248,7 +271,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
                  "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Wait until at most N of this thread's committed groups are pending (the older ones have landed).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // dst[b][j][0:row_bytes] <- src + b*stride_b + j*stride_j (bytes), for b < BATCH_TILE; rows b >= valid_b are zero.
 __device__ __forceinline__ void stage_rows(void* dst, const void* src, int j_count, int row_bytes, long long stride_b,

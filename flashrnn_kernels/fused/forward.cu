@@ -5,16 +5,17 @@
 // warps' accumulators hold every gate of the same (unit, batch) elements and the cell step runs in registers.
 // R stays on chip for the whole sequence; the non-h states stay in registers; h_t is exchanged through shared
 // memory (double buffered: one barrier per step; distributed shared memory inside a cluster). Wx of step t+1 is
-// staged by cp.async while step t computes.
+// staged by cp.async STAGES-1 steps ahead.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
+//   r_scratch: L2-resident home of the GLOBAL_K_TILES fragments, plan.scratch_bytes(B) bytes (null when 0)
 //   Wx [B, T, G, NH, DH]   R [G, NH, DH, DH] (gate, head, out, in)   bias [G, NH, DH]   states [S, B, NH, DH]
 //   h_out [B, T, NH, DH]   last_states [S, B, NH, DH]
 //   gates_save fp32 [B, T, G, NH, DH] and states_save fp32 [S-1, B, T+1, NH, DH] (index 0: initial states):
 //   what the backward pass reads; both null for inference.
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
     !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
 #error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
 #endif
 
@@ -27,8 +28,8 @@ static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden
 #define SM_RFRAG 0
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
 #define SM_WX (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
-#define SM_RED (SM_WX + 2 * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
-#define SM_TOTAL (SM_RED + (WARPS_K - 1) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define SM_RED (SM_WX + STAGES * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
+#define SM_TOTAL (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
 #define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)
 static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
@@ -43,7 +44,7 @@ extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_P
 flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
                        const elem_t* __restrict__ states, elem_t* __restrict__ h_out,
                        elem_t* __restrict__ last_states, float* __restrict__ gates_save,
-                       float* __restrict__ states_save, int B, int T) {
+                       float* __restrict__ states_save, uint4* __restrict__ r_scratch, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
@@ -59,7 +60,9 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 
     // A[m][row][k] = R[gate m][head][o_warp + row][k]
     RecurrentA A;
-    A.load(rfrag, warp, k_first, [&](int m, int row, int k) {
+    uint4* scratch = r_scratch + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * WARPS_M * WARPS_K * GLOBAL_K_TILES *
+                                       M_TILES * A_VECS * 32;
+    A.load(rfrag, scratch, warp, k_first, [&](int m, int row, int k) {
         return to_float(R[((size_t)(m * NH + head) * DH + o_warp + row) * DH + k]);
     });
 
@@ -78,7 +81,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
             for (int k = 1; k < S; ++k) {
                 const float v = col < valid_b ? to_float(states[((size_t)(k * B + b0 + col) * NH + head) * DH + o]) : 0.f;
                 st[k - 1][n][e] = v;
-                if (states_save != nullptr && wk == 0 && col < valid_b)
+                if (states_save != nullptr && owns(n, e, wk) && col < valid_b)
                     states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1)) * unit_stride + (size_t)head * DH + o] = v;
             }
         }
@@ -91,9 +94,17 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     const long long wx_stride_b = (long long)T * G * unit_stride * sizeof(elem_t);
     const int wx_row_bytes = ROWS * (int)sizeof(elem_t);
     const elem_t* wx_base = Wx + ((size_t)b0 * T * G) * unit_stride + (size_t)head * DH + o_block;
-    if (T > 0)
-        stage_rows(wx_stage, wx_base, G, wx_row_bytes, wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
-    cp_async_wait_all();
+    constexpr int WX_TILE = BATCH_TILE * G * ROWS;
+    // Wx of step t lives in stage t % STAGES; steps are staged STAGES-1 ahead (one commit group per step).
+    auto stage_wx = [&](int t) {
+        if (t < T)
+            stage_rows(wx_stage + (t % STAGES) * WX_TILE, wx_base + (size_t)t * G * unit_stride, G, wx_row_bytes,
+                       wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
+        cp_async_commit();
+    };
+#pragma unroll 1
+    for (int t = 0; t < STAGES - 1; ++t) stage_wx(t);
+    cp_async_wait_group<STAGES - 2>();
     cluster_barrier();
 
     const size_t h_stride_b = (size_t)T * unit_stride;
@@ -102,10 +113,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         const int cur = t & 1;
         const elem_t* Vc = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
         elem_t* Vn = V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE;
-        const elem_t* wx = wx_stage + cur * BATCH_TILE * G * ROWS;
-        if (t + 1 < T)
-            stage_rows(wx_stage + (cur ^ 1) * BATCH_TILE * G * ROWS, wx_base + (size_t)(t + 1) * G * unit_stride, G,
-                       wx_row_bytes, wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
+        const elem_t* wx = wx_stage + (t % STAGES) * WX_TILE;
+        stage_wx(t + STAGES - 1);
         if (t > 0) store_rows(h_base + (size_t)(t - 1) * unit_stride, Vc + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
 
         float acc[M_TILES][N_TILES][4];
@@ -115,11 +124,12 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         cluster_barrier();  // every block of the cluster has read the vector before it is overwritten
 #endif
 
-        if (wk == 0) {
+        {
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
+                    if (!owns(n, e, wk)) continue;
                     const int row = (lane >> 2) + 8 * (e >> 1), o = o_warp + row;
                     const int col = n * 8 + 2 * (lane & 3) + (e & 1);
                     float x[G], s[S], y[S], a[G];
@@ -145,7 +155,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                     }
                 }
         }
-        cp_async_wait_all();
+        cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
 #if CLUSTER_BLOCKS > 1
         __syncthreads();
         broadcast_slice(Vn, 1, 0, o_block, ROWS);
@@ -158,11 +168,12 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     if (T > 0) store_rows(h_base + (size_t)(T - 1) * unit_stride, Vl + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
     store_rows(last_states + (size_t)b0 * unit_stride + (size_t)head * DH + o_block, Vl + o_block, 1, 0, ROWS,
                unit_stride, 0, valid_b);
-    if (wk == 0) {
+    {
 #pragma unroll
         for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
+                if (!owns(n, e, wk)) continue;
                 const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
 #pragma unroll
                 for (int k = 1; k < S; ++k)

@@ -71,6 +71,11 @@ def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = Non
     return out
 
 
+def _scratch(found: KernelPlan, like: Tensor) -> Tensor | None:
+    size = found.scratch_bytes(like.shape[0])
+    return torch.empty(size, device=like.device, dtype=torch.uint8) if size else None
+
+
 def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
     """Cheap re-check of the kernel's preconditions (the front end validates in full)."""
     spec = get_cell(cell)
@@ -111,7 +116,8 @@ class FusedRNNFunction(torch.autograd.Function):
         gates_save = _empty((B, T, G, NH, DH), Wx, torch.float32) if training else None
         states_save = _empty((S - 1, B, T + 1, NH, DH), Wx, torch.float32) if training and S > 1 else None
         launch(_kernel(found), found.grid(B), found.block,
-               (Wx, R, b, states, h, last, gates_save, states_save, B, T), shared_mem=found.smem_bytes,
+               (Wx, R, b, states, h, last, gates_save, states_save, _scratch(found, Wx), B, T),
+               shared_mem=found.smem_bytes,
                device=Wx.device)
         if training:
             ctx.save_for_backward(R, states, h, gates_save, states_save)
@@ -128,7 +134,7 @@ class FusedRNNFunction(torch.autograd.Function):
         d_gates = _empty((B, T, G, NH, DH), h, torch.float32)
         d_states = _empty((S, B, NH, DH), h)
         launch(_kernel(found), found.grid(B), found.block,
-               (R, states, h, gates_save, states_save, d_h, d_last, d_gates, d_states, B, T),
+               (R, states, h, gates_save, states_save, d_h, d_last, d_gates, d_states, _scratch(found, h), B, T),
                shared_mem=found.smem_bytes, device=h.device)
         d_wx = d_gates.to(h.dtype)
         h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import hwmodels
-from constrint import Infeasible
+from constrint import Infeasible, Model, Solution
 
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-2"
+VERSION = "fused-5"
 """Bumped whenever the model, the cost or the kernels' layout change: old disk-cached plans are then ignored."""
 
 _memory: dict[str, KernelPlan] = {}
@@ -49,8 +49,10 @@ class KernelPlan:
     k_tile: int  # (kernel) 16 (bf16/fp16 m16n8k16) or 8 (fp32 via tf32 m16n8k8)
     m_tiles: int  # (kernel) m16 tiles per warp
     reg_k_tiles: int  # (kernel) k-tiles of A fragments in registers per warp
+    global_k_tiles: int  # (kernel) k-tiles per warp streamed from an L2-resident scratch copy
     blocks_per_sm: int  # (kernel) co-resident blocks assumed by the register cap
     vector_buffers: int  # (kernel) 2: double-buffered step vector; 1: single buffer, two barriers per step
+    stages: int  # (kernel) depth of the per-step input pipeline
     nonportable_cluster: bool  # the cluster is larger than the GPU's portable size (needs a launch opt-in)
     register_budget: int  # registers per thread the launch bounds allow
     predicted_registers: int
@@ -80,13 +82,13 @@ class KernelPlan:
 
     @property
     def smem_k_tiles(self) -> int:
-        return self.k_tiles_per_warp - self.reg_k_tiles
+        return self.k_tiles_per_warp - self.reg_k_tiles - self.global_k_tiles
 
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory per block."""
         return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles,
-                                 self.vector_buffers)
+                                 self.vector_buffers, self.stages)
 
     @property
     def kernel_name(self) -> str:
@@ -95,6 +97,12 @@ class KernelPlan:
     @property
     def block(self) -> tuple[int, int, int]:
         return (self.threads, 1, 1)
+
+    def scratch_bytes(self, batch: int) -> int:
+        """Global scratch for the L2-streamed fragments of every block (0 when all of R is on chip)."""
+        blocks = self.num_heads * self.cluster_blocks * self.batch_tiles(batch)
+        fragment = 32 * 4 * tiling.fragment_registers(self.problem)
+        return blocks * self.warps_m * self.warps_k * self.global_k_tiles * self.m_tiles * fragment
 
     def batch_tiles(self, batch: int) -> int:
         return -(-batch // self.batch_tile)
@@ -149,22 +157,40 @@ def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
 
 def _solve(problem: FusedProblem, gpu: Any) -> KernelPlan:
     _check_architecture(problem, gpu)
-    model, objective = tiling.build(problem, gpu)
-    try:
-        sol = model.minimize(objective)
-    except Infeasible as exc:
-        raise PlanError(_explain(problem, gpu, exc)) from exc
+    sol = _minimize(*tiling.build(problem, gpu))
+    if sol is None:  # R does not fit on chip: stream part of it from L2 each step
+        model, objective = tiling.build(problem, gpu, stream_from_l2=True)
+        sol = _minimize(model, objective)
+        if sol is None:
+            try:
+                model.solve()
+            except Infeasible as exc:
+                raise PlanError(_explain(problem, gpu, exc)) from exc
     return KernelPlan(
         cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
         num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
         batch_tile=8 * sol["n_tiles"], cluster_blocks=sol["cluster_blocks"], warps_m=sol["warps_m"],
         warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem),
-        reg_k_tiles=sol["reg_k_tiles"], blocks_per_sm=sol["blocks_per_sm"], vector_buffers=sol["vector_buffers"],
+        reg_k_tiles=sol["reg_k_tiles"], global_k_tiles=sol["global_k_tiles"], blocks_per_sm=sol["blocks_per_sm"], vector_buffers=sol["vector_buffers"], stages=sol["stages"],
         nonportable_cluster=sol["cluster_blocks"] > gpu.cluster_max_portable,
         register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
         predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"]),
-        fast_activations=problem.dtype != "fp32", objective=int(sol.objective),
+        fast_activations=problem.dtype != "fp32", objective=sol["cost"],
     )
+
+
+def _minimize(model: Model, objective: Any) -> Solution | None:
+    """The least-cost solution (None when infeasible), by restarting depth-first search under a tightening
+    cost bound: on these models it proves optimality much faster than bisecting the cost range."""
+    cost = model.int_var(0, 1 << 40, "cost")
+    model.add(cost == objective, name="cost = per-step cycles of the grid")
+    best = None
+    while True:
+        found = next(iter(model.solutions(limit=1)), None)
+        if found is None:
+            return best
+        best = found
+        model.add(cost <= found["cost"] - 1, name=f"cost below {found['cost']}")
 
 
 def _register_budget(gpu: Any, threads: int, blocks_per_sm: int) -> int:
@@ -178,16 +204,16 @@ def _register_budget(gpu: Any, threads: int, blocks_per_sm: int) -> int:
 
 def _explain(problem: FusedProblem, gpu: Any, exc: Infeasible) -> str:
     reasons = "; ".join(str(c) for c in exc.core)
-    on_chip = gpu.cluster_max_nonportable * (gpu.regs_per_sm * 4 // 2 + gpu.smem_per_block_optin)
-    need = problem.recurrent_bytes
-    hint = (f"one head's R takes {need // 1024} KiB in {problem.dtype}, about {on_chip // 1024} KiB fit on "
-            f"{gpu.cluster_max_nonportable} SMs of {gpu.name} (registers and shared memory of a "
-            f"{gpu.cluster_max_nonportable}-block cluster)")
-    if need > on_chip:
-        advice = "use bf16/fp16, or more heads of a smaller head_dim (num_heads x head_dim stays the same)"
+    blocks = gpu.cluster_max_nonportable
+    max_rows = blocks * (gpu.max_threads_per_block // gpu.warp_size) * 16
+    if problem.head_dim > max_rows:
+        advice = (f"{gpu.name} splits a head over at most {blocks} block(s) of "
+                  f"{gpu.max_threads_per_block // gpu.warp_size} warps of 16 rows, so head_dim <= {max_rows}; use "
+                  f"more heads of a smaller head_dim, or a GPU with thread-block clusters (sm_90)")
     else:
-        advice = "use a smaller head_dim or batch, or a GPU with thread-block clusters (sm_90)"
-    return (f"no fused-kernel tiling of {problem} fits {gpu.name}: {reasons}. {hint}; {advice}")
+        advice = (f"one head's R takes {problem.recurrent_bytes // 1024} KiB in {problem.dtype}; use bf16/fp16, "
+                  f"a smaller head_dim or a smaller batch")
+    return f"no fused-kernel tiling of {problem} fits {gpu.name}: {reasons}. {advice}"
 
 
 def _cache_dir() -> Path:

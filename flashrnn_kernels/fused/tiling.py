@@ -8,9 +8,11 @@ Decision variables (per block of the cluster that owns one head and one batch ti
   warps_m         16-row groups of the block's rows (forward: hidden units with all gates; backward: rows of R^T)
   warps_k         warps splitting the reduction dimension K (partial sums reduced through shared memory)
   n_tiles         batch tile / 8 (mma n dimension)
-  reg_k_tiles     k-tiles of each warp's A fragments kept in registers; the rest live in shared memory
+  reg_k_tiles     k-tiles of each warp's A fragments kept in registers; the rest live in shared memory...
+  global_k_tiles  ...except these, streamed each step from an L2-resident scratch copy (heads too large for chips)
   blocks_per_sm   co-resident blocks per SM assumed by the register cap (__launch_bounds__)
   vector_buffers  2: double-buffered step vector, one barrier per step; 1: half the buffer, two barriers
+  stages          depth of the cp.async pipeline of per-step inputs (staged stages-1 steps ahead)
 
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
@@ -25,15 +27,22 @@ from constrint import Model
 
 from .problem import FusedProblem
 
-BASE_REGISTERS = {"forward": 64, "backward": 80}  # addresses, loop state, pointwise temporaries (ptxas -v)
+BASE_REGISTERS = {"forward": 64, "backward": 80}
+REGISTER_MARGIN = 8  # headroom for the scheduler
+STREAM_REGISTERS = 24  # fragments of the unrolled L2 stream in flight  # addresses, loop state, pointwise temporaries (ptxas -v)
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
 SMEM_BYTES_PER_CYCLE = 128
+L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132 SMs at ~1.9 GHz)
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
 CLUSTER_BARRIER = 380  # cycles (0.19 us)
 CLUSTER_EXCHANGE = 980  # cycles: cluster barrier + DSMEM exchange (~0.3 us)
+STAGE_LATENCY = 600  # cycles of HBM latency left exposed per missing stage of the 4-deep input pipeline
 POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
 POINTWISE_FIXED = 24
+# Dependent latency per element a thread processes in the pointwise step. Measured on an H200 (B=16, T=1024):
+# charging it backward (many staged inputs per element) made the backward faster, forward plans got slower.
+POINTWISE_CHAIN = {"forward": 0, "backward": 200}
 
 
 def fragment_registers(p: FusedProblem) -> int:
@@ -63,18 +72,20 @@ def v_stride(p: FusedProblem) -> int:
     return k_dim(p) + 16 // p.elem_bytes
 
 
-def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any) -> Any:
+def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any,
+               stages: Any) -> Any:
     """Dynamic shared memory of one block (the layout of forward.cu / backward.cu, in that order)."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
     mt = m_tiles(p)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
     size = size + vector_buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
     if p.direction == "forward":
-        size = size + 2 * batch_tile * p.gates * rows * e  # Wx staging
+        size = size + stages * batch_tile * p.gates * rows * e  # Wx staging
     else:
-        size = size + 2 * batch_tile * (p.gates + 2 * (p.states - 1)) * rows * 4  # a_g, s_k, y_k staging (fp32)
-        size = size + 2 * batch_tile * 3 * rows * e  # s_h, y_h, dh staging
-    return size + (warps_k - 1) * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
+        size = size + stages * batch_tile * (p.gates + 2 * (p.states - 1)) * rows * 4  # a_g, s_k, y_k (fp32)
+        size = size + stages * batch_tile * 3 * rows * e  # s_h, y_h, dh staging
+    slots = warps_k * ((2 * warps_k - 2) // warps_k)  # warps_k partial sums when warps_k > 1, else none
+    return size + slots * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
 
 
 def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
@@ -91,8 +102,11 @@ def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
     return regs
 
 
-def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
-    """The constraint model of `p` on `gpu` and its objective (per-step cycles of the whole grid)."""
+def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Model, Any]:
+    """The constraint model of `p` on `gpu` and its objective (per-step cycles of the whole grid).
+
+    `stream_from_l2` admits k-tiles streamed from L2 each step (global_k_tiles > 0): the planner asks for it only
+    when no tiling keeps all of R on chip, which also keeps the search small for every other problem."""
     m = Model()
     mt, kt_total = m_tiles(p), k_dim(p) // k_tile(p)
     max_warps = gpu.max_threads_per_block // gpu.warp_size
@@ -104,27 +118,32 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
     kt_w = m.int_var(1, kt_total, "k_tiles_per_warp")
     nt = m.int_var(1, max(1, min(8, -(-p.batch // 8))), "n_tiles")
     reg_kt = m.int_var(0, kt_total, "reg_k_tiles")
+    glob_kt = m.int_var(0, kt_total if stream_from_l2 else 0, "global_k_tiles")
     per_sm = m.int_var(1, min(4, gpu.max_blocks_per_sm), "blocks_per_sm")
     budget = m.int_var(values=range(8, gpu.max_regs_per_thread + 1, 8), name="register_budget")
     parts = gpu.register_file_partitions
     warp_groups = m.int_var(1, -(-max_warps // parts), "warp_groups")  # warps rounded up to the partitions
     tiles = m.int_var(1, -(-p.batch // 8), "batch_tiles")
     vb = m.int_var(values=[1, 2], name="vector_buffers")
-    waves = m.int_var(1, 1 << 20, "waves")
+    stages = m.int_var(2, 4, "stages")
+    max_tiles = -(-p.batch // 8)
+    waves = m.int_var(1, -(-p.num_heads * cluster_limit * max_tiles // gpu.sm_count), "waves")
 
     m.add(cb * wm * 16 == p.head_dim,
           name=f"head_dim {p.head_dim} = cluster_blocks x warps_m x 16 rows (each block owns whole 16-row tiles)")
     m.add(kt_w * wk == kt_total, name=f"the {kt_total} k-tiles of K={k_dim(p)} split evenly over warps_k warps")
-    m.add(reg_kt <= kt_w, name="register k-tiles <= k-tiles per warp")
+    m.add(reg_kt + glob_kt <= kt_w, name="register and L2-streamed k-tiles <= k-tiles per warp")
     warps = wm * wk
     m.add(warps * gpu.warp_size <= gpu.max_threads_per_block,
           name=f"threads per block <= {gpu.max_threads_per_block}")
     m.add(warp_groups * parts >= warps, name="warps counted in whole register-file partitions")
     regs = predicted_registers(p, nt, reg_kt)
-    m.add(regs <= budget, name="predicted registers per thread <= the register budget")
+    stream_regs = STREAM_REGISTERS if stream_from_l2 else 0
+    m.add(regs + REGISTER_MARGIN + stream_regs <= budget,
+          name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt, vb)
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
@@ -139,14 +158,18 @@ def build(p: FusedProblem, gpu: Any) -> tuple[Model, Any]:
     link = m.int_var(MMA_LATENCY, 1 << 16, "mma_link_cycles")
     m.add(link >= warp_groups * mt * nt * MMA_ISSUE[p.dtype], name="mma issue per k-tile and sub-partition")
     e = p.elem_bytes
+    elems = (4 * nt + wk - 1) // wk  # accumulator elements per thread in the pointwise step
     step = (
         kt_w * link
-        + warps * (kt_w - reg_kt) * mt * fragment_bytes(p) // SMEM_BYTES_PER_CYCLE
+        + warps * (kt_w - reg_kt - glob_kt) * mt * fragment_bytes(p) // SMEM_BYTES_PER_CYCLE
+        + warps * glob_kt * mt * fragment_bytes(p) // L2_BYTES_PER_CYCLE
         + warps * kt_w * nt * 256 // SMEM_BYTES_PER_CYCLE
         + (wk - 1) * (BLOCK_BARRIER + mt * nt * 16)
-        + (wm + 3) // 4 * nt * 4 * (p.gates * POINTWISE_PER_GATE + POINTWISE_FIXED)
+        + (warps + 3) // 4 * elems * (p.gates * POINTWISE_PER_GATE + POINTWISE_FIXED)
+        + elems * POINTWISE_CHAIN[p.direction]
         + BLOCK_BARRIER
         + (2 - vb) * BLOCK_BARRIER
+        + (4 - stages) * STAGE_LATENCY
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
         step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER + (cb - 1) * nt * wm * e

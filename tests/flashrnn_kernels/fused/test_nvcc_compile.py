@@ -27,7 +27,7 @@ CASES = [  # (batch, heads, head_dim, dtype, direction)
     (16, 12, 64, "fp32", "forward"), (16, 12, 64, "fp32", "backward"),
     (64, 6, 128, "bf16", "forward"), (16, 6, 128, "bf16", "backward"),
     (16, 3, 256, "bf16", "forward"), (16, 3, 256, "fp16", "backward"),
-    (16, 1, 768, "bf16", "forward"), (256, 1, 512, "bf16", "forward"),
+    (16, 1, 768, "bf16", "forward"), (16, 1, 768, "bf16", "backward"), (256, 1, 512, "bf16", "forward"),
 ]
 
 
@@ -61,7 +61,7 @@ def test_generated_sources_compile_without_spills(tmp_path, monkeypatch):
     plans = _plans()
     assert {p.arch for p in plans} == {"sm_80", "sm_90"} and len(plans) >= 12
     assert any(p.cluster_blocks > 1 for p in plans) and any(p.warps_k > 1 for p in plans)
-    assert any(p.smem_k_tiles > 0 for p in plans)
+    assert any(p.smem_k_tiles > 0 for p in plans) and any(p.global_k_tiles > 0 for p in plans)
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(lambda p: _compile(p, tmp_path), plans))
     problems = []

@@ -52,7 +52,7 @@ def test_plans_fit_every_gpu(gpu_name, direction):
             except PlanError as exc:
                 assert "no fused-kernel tiling" in str(exc) and gpu.name in str(exc)
                 continue
-            assert time.perf_counter() - start < 2.0, "planning must stay fast (first call budget is 5 s)"
+            assert time.perf_counter() - start < 5.0, "planning must stay fast (first call budget is 5 s)"
             assert (p.gpu, p.arch, p.direction, p.dtype) == (gpu.name, gpu.arch, direction, dtype)
             check_limits(p, gpu, batch)
             solved += 1
@@ -79,11 +79,18 @@ def test_large_head_splits_over_a_cluster_on_sm90_only():
 
 def test_infeasible_quotes_the_core_and_what_fits():
     with pytest.raises(PlanError) as info:
-        plan("lstm", 16, 1, 1024, "fp32", gpu="H200")
+        plan("lstm", 16, 1, 1024, "bf16", gpu="A100-SXM4-80GB")
     text = str(info.value)
-    assert "head_dim=1024" in text and "fp32" in text and "cannot" not in text.split(":")[0]
-    assert "use bf16/fp16" in text
+    assert "head_dim=1024" in text and "A100-SXM4-80GB" in text
+    assert "head_dim 1024 = cluster_blocks x warps_m x 16 rows" in text  # the core, in words
+    assert "head_dim <= 512" in text and "more heads" in text
     assert isinstance(info.value.__cause__.core, list) and info.value.__cause__.core
+
+
+def test_head_too_large_for_the_chips_streams_part_of_r_from_l2():
+    p = plan("lstm", 16, 1, 1024, "bf16", gpu="H200")
+    assert p.cluster_blocks == 16 and p.global_k_tiles > 0 and p.scratch_bytes(16) > 0
+    assert plan("lstm", 16, 12, 64, "bf16", gpu="H200").global_k_tiles == 0
 
 
 def test_pre_ampere_gpu_is_refused_clearly():
