@@ -124,9 +124,13 @@ def constraint_fits(c: Constraint, lo: list[int], hi: list[int]) -> bool:
 def verifier(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]],
              compiled: bool = True):
     """A function that raises SolverBug unless a candidate (values in variable order) lies in its domains
-    and satisfies every constraint: compiled (`conjunction`) for many candidates, else through `holds`."""
+    and satisfies every constraint: compiled (`conjunction`, at the first candidate) for many candidates,
+    else through `holds`."""
     if compiled:
-        check = conjunction(constraints, domains)
+        def check(values: Sequence[int]) -> bool:
+            nonlocal check
+            check = conjunction(constraints, domains)
+            return check(values)
     else:
         index = {name: v.index for c in constraints for name, v in c.variables().items()}
 

@@ -23,10 +23,11 @@ COMPARE = {
 class Constraint:
     """Base of all constraints; `label` (set by Model.add) replaces the text in messages."""
 
-    __slots__ = ("label",)
+    __slots__ = ("label", "_vars")
 
     def __init__(self) -> None:
         self.label: str | None = None
+        self._vars: dict[str, IntVar] | None = None  # found once: a constraint's expressions never change
 
     def holds(self, assignment: Mapping[str, int]) -> bool:
         """True when the constraint is satisfied by `assignment` (variable name -> int)."""
@@ -39,7 +40,12 @@ class Constraint:
         raise NotImplementedError
 
     def variables(self) -> dict[str, IntVar]:
-        """The variables this constraint mentions, by name."""
+        """The variables this constraint mentions, by name (a new dict)."""
+        if self._vars is None:
+            self._vars = self._variables()
+        return dict(self._vars)
+
+    def _variables(self) -> dict[str, IntVar]:
         raise NotImplementedError
 
     def text(self) -> str:
@@ -70,7 +76,7 @@ class Compare(Constraint):
     def _holds(self, assignment: Mapping[str, int]) -> bool:
         return COMPARE[self.op](evaluate(self.lhs, assignment), evaluate(self.rhs, assignment))
 
-    def variables(self) -> dict[str, IntVar]:
+    def _variables(self) -> dict[str, IntVar]:
         return variables(self.rhs, variables(self.lhs, {}))
 
     def text(self) -> str:
@@ -91,7 +97,7 @@ class Divides(Constraint):
         d = evaluate(self.divisor, assignment)
         return d != 0 and evaluate(self.multiple, assignment) % d == 0
 
-    def variables(self) -> dict[str, IntVar]:
+    def _variables(self) -> dict[str, IntVar]:
         return variables(self.multiple, variables(self.divisor, {}))
 
     def text(self) -> str:
@@ -111,7 +117,7 @@ class AllDifferent(Constraint):
         vals = [evaluate(x, assignment) for x in self.items]
         return len(set(vals)) == len(vals)
 
-    def variables(self) -> dict[str, IntVar]:
+    def _variables(self) -> dict[str, IntVar]:
         out: dict[str, IntVar] = {}
         for x in self.items:
             variables(x, out)
@@ -139,7 +145,7 @@ class AnyOf(Constraint):
     def _holds(self, assignment: Mapping[str, int]) -> bool:
         return any(c.holds(assignment) for c in self.items)
 
-    def variables(self) -> dict[str, IntVar]:
+    def _variables(self) -> dict[str, IntVar]:
         out: dict[str, IntVar] = {}
         for c in self.items:
             out.update((k, v) for k, v in c.variables().items() if k not in out)

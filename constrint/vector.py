@@ -72,28 +72,34 @@ def _compile(sources: list[str], scope: dict) -> dict:
 
 
 def block_checks(constraints: Sequence[Constraint], lo: list[int], hi: list[int]) -> list[BlockCheck]:
-    """One check per constraint (in order): values -> where it holds, for variables within [lo, hi]."""
+    """Checks for variables within [lo, hi]: values -> where the constraints hold. Constraints that read
+    the same set of variables share one check (their conjunction), so a block evaluates one per set."""
     sources: list[str] = []
 
-    def add(c: Constraint) -> str:
-        name = f"c{id(c)}"
+    def add(cs: list[Constraint]) -> str:
+        """A function over v that is true where all of `cs` hold; returns its name."""
+        name = f"c{id(cs[0])}"
         src = _Source(lo, hi)
-        if isinstance(c, Compare):
-            body = f"{src.expr(c.lhs)} {c.op} {src.expr(c.rhs)}"
-        elif isinstance(c, Divides):
-            body = f"{src.expr(c.multiple)} % {src.divisor(c.divisor)} == 0"
-        elif isinstance(c, AllDifferent):
-            items = [src.expr(x) for x in c.items]
-            pairs = [f"({items[i]} != {items[j]})" for i in range(len(items)) for j in range(i)]
-            body = " & ".join(pairs) or "True"
-        elif isinstance(c, AnyOf):  # each disjunct separately: an undefined one is false, not the whole
-            body = " | ".join(f"{add(d)}(v)" for d in c.items) or "False"
-        else:
-            raise TypeError(f"no numpy form for {c!r}")
-        sources.append(_function(name, body, src))
+        bodies = []
+        for c in cs:
+            if isinstance(c, Compare):
+                bodies.append(f"({src.expr(c.lhs)} {c.op} {src.expr(c.rhs)})")
+            elif isinstance(c, Divides):
+                bodies.append(f"({src.expr(c.multiple)} % {src.divisor(c.divisor)} == 0)")
+            elif isinstance(c, AllDifferent):
+                items = [src.expr(x) for x in c.items]
+                bodies += [f"({items[i]} != {items[j]})" for i in range(len(items)) for j in range(i)]
+            elif isinstance(c, AnyOf):  # each disjunct separately: an undefined one is false, not the whole
+                bodies.append("(" + (" | ".join(f"{add([d])}(v)" for d in c.items) or "False") + ")")
+            else:
+                raise TypeError(f"no numpy form for {c!r}")
+        sources.append(_function(name, " & ".join(bodies) or "True", src))
         return name
 
-    names = [add(c) for c in constraints]
+    groups: dict[frozenset, list[Constraint]] = {}
+    for c in constraints:
+        groups.setdefault(frozenset(v.index for v in c.variables().values()), []).append(c)
+    names = [add(cs) for cs in groups.values()]
     scope = _compile(sources, {})
     return [scope[n] for n in names]
 

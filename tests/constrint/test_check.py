@@ -26,8 +26,8 @@ def test_compiled_checks_agree_with_holds(m):
     axes = [np.array(d, dtype=np.int64).reshape(tuple(-1 if k == i else 1 for k in range(len(shape))))
             for i, d in enumerate(domains)]
     fixed = [domains[0][0], *(a.reshape(a.shape[1:]) for a in axes[1:])]
-    blocks = block_checks(m.constraints, lo, hi)
-    for c, block in zip(m.constraints, blocks):
+    for c in m.constraints:
+        block, = block_checks([c], lo, hi)
         truth = [c.holds(dict(zip(names, r))) for r in rows]
         assert [checks[id(c)](r) for r in rows] == truth
         if constraint_fits(c, lo, hi):
@@ -49,6 +49,21 @@ def test_block_checks_test_only_divisors_that_may_be_zero():
     assert may_be_zero([3, 0]) == np.False_
     never_zero, = block_checks([c], [-3, 1], [3, 2])
     assert never_zero([np.arange(-3, 4), 1]).tolist() == [x >= 1 for x in range(-3, 4)]
+
+
+def test_block_checks_share_one_check_per_set_of_variables():
+    from constrint import Model
+
+    m = Model()
+    x, y, z = (m.int_var(0, 3, n) for n in "xyz")
+    cs = [x != y, x - y != 1, y // z == 1, m.any_of([x == 0, y == 0])]
+    check_xy, check_yz = block_checks(cs, [0, 0, 0], [3, 3, 3])
+    cols = [np.arange(4).reshape(-1, 1, 1), np.arange(4).reshape(1, -1, 1), np.arange(4).reshape(1, 1, -1)]
+    names = list(m.variables)
+    for fn, group in ((check_xy, cs[:2] + cs[3:]), (check_yz, cs[2:3])):
+        mask = np.broadcast_to(fn(cols), (4, 4, 4))
+        for r in np.ndindex(4, 4, 4):
+            assert mask[r] == all(c.holds(dict(zip(names, r))) for c in group)
 
 
 def test_overflowing_constraints_are_not_vectorised():
