@@ -28,7 +28,7 @@ from constrint import Model
 from .problem import FusedProblem
 
 BASE_REGISTERS = {"forward": 64, "backward": 80}
-REGISTER_MARGIN = 8  # headroom for the scheduler
+REGISTER_MARGIN = 16  # headroom for the scheduler (sm_80 code needs a few more registers than sm_90)
 STREAM_REGISTERS = 24  # fragments of the unrolled L2 stream in flight  # addresses, loop state, pointwise temporaries (ptxas -v)
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
