@@ -61,7 +61,13 @@ def _allow_nonportable_cluster(kernel: Any) -> None:
 
 def _plan_for(cell: str, h: Tensor, direction: str) -> KernelPlan:
     B, _, NH, DH = h.shape
-    return plan(cell, B, NH, DH, h.dtype, gpu=_device_gpu(h.device.index), direction=direction)
+    return _cached_plan(cell, B, NH, DH, h.dtype, h.device.index, direction)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_plan(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, index: int, direction: str) -> KernelPlan:
+    """plan() keyed by plain values: skips hashing the problem and GPU model on every call."""
+    return plan(cell, B, NH, DH, dtype, gpu=_device_gpu(index), direction=direction)
 
 
 def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
