@@ -7,7 +7,8 @@ benchmarks/models/, the n-queens text is generated): constrint parses it; python
 domains and its constraint texts, which are Python expressions it compiles itself; CP-SAT gets a translation of
 the same texts (products, quotients and remainders through auxiliary variables). constrint's times include
 parsing the text; the others' include building their model from the parsed domains and texts. Each time is the
-median of several runs of time.perf_counter; the answers of the three solvers are compared before timing.
+median of several runs of time.perf_counter, the solvers of a row taking turns; the answers of the three
+solvers are compared before timing.
 
 Targets: the 70-variable model within 30 ms end to end; enumeration no slower than python-constraint2; no row
 slower than 10x CP-SAT. A missed target is reported as missed.
@@ -220,13 +221,16 @@ def cpsat_first(spec: Spec, prefer: list[tuple[str, str]]) -> dict[str, int] | N
 # ---------------------------------------------------------------------------------------------- timing and rows
 
 
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
+def medians_ms(fns: list[Callable[[], Any]], repeat: int) -> list[float]:
+    """The median time of each function, run in turns (one run of each per round), so that a change in
+    the machine's load falls on all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for fn, spent in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            spent.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(spent) for spent in times]
 
 
 def _ms(value: float) -> float | int:
@@ -274,10 +278,8 @@ def gemm_row(repeat: int) -> dict:
         combos *= len(values) if values is not None else hi - lo + 1
     return row(
         "GEMM tile space: enumerate (8 variables)", f"{len(ours):,} solutions of {combos:,}; all three agree",
-        median_ms(lambda: list(parse(text).solutions()), repeat),
-        median_ms(lambda: list(model.solutions()), repeat),
-        median_ms(lambda: pc2_problem(spec).getSolutions(), repeat),
-        median_ms(lambda: cpsat_enumerate(spec, keep=True), repeat),
+        *medians_ms([lambda: list(parse(text).solutions()), lambda: list(model.solutions()),
+                     lambda: pc2_problem(spec).getSolutions(), lambda: cpsat_enumerate(spec, keep=True)], repeat),
         vs_pc2=True)
 
 
@@ -292,10 +294,8 @@ def queens_rows(sizes: tuple[int, ...], repeat: int) -> list[dict]:
             raise AssertionError(f"{n}-queens counts {counts}, expected {QUEENS_COUNTS[n]}")
         rows.append(row(
             f"{n}-queens: count", f"{QUEENS_COUNTS[n]} solutions; all three agree",
-            median_ms(lambda: parse(text).count(), repeat),
-            median_ms(model.count, repeat),
-            median_ms(lambda: len(pc2_problem(spec).getSolutions()), repeat),
-            median_ms(lambda: cpsat_enumerate(spec, keep=False).count, repeat)))
+            *medians_ms([lambda: parse(text).count(), model.count, lambda: len(pc2_problem(spec).getSolutions()),
+                         lambda: cpsat_enumerate(spec, keep=False).count], repeat)))
     return rows
 
 
@@ -311,12 +311,13 @@ def kernel_rows(repeat: int) -> list[dict]:
     same = [n for n, _ in KERNEL_PREFER if ours[n] == theirs[n]]
     agree = "CP-SAT agrees on all" if len(same) == len(KERNEL_PREFER) else \
         f"CP-SAT differs on {len(KERNEL_PREFER) - len(same)}"
+    ours_ms, solve_ms, cpsat_ms = medians_ms([lambda: parse(text).solve(prefer=KERNEL_PREFER),
+                                              lambda: model.solve(prefer=KERNEL_PREFER),
+                                              lambda: cpsat_first(spec, KERNEL_PREFER)], repeat)
     rows = [row(
         f"kernel model: first solution under {len(KERNEL_PREFER)} preferences ({len(spec.domains)} variables)",
         f"{len(spec.constraints)} constraints; {agree} preferred values",
-        median_ms(lambda: parse(text).solve(prefer=KERNEL_PREFER), repeat),
-        median_ms(lambda: model.solve(prefer=KERNEL_PREFER), repeat),
-        why_not or "n/a", median_ms(lambda: cpsat_first(spec, KERNEL_PREFER), repeat), target_ms=30.0)]
+        ours_ms, solve_ms, why_not or "n/a", cpsat_ms, target_ms=30.0)]
     for label, old, new in KERNEL_VARIANTS:
         if old not in text:
             raise AssertionError(f"the kernel model no longer has the line {old!r} that the variant replaces")
@@ -325,11 +326,11 @@ def kernel_rows(repeat: int) -> list[dict]:
         vspec = Spec.of(vmodel)
         if next(vmodel.solutions(limit=1), None) is not None or cpsat_first(vspec, []) is not None:
             raise AssertionError(f"the variant '{label}' has a solution")
-        rows.append(row(
-            f"kernel model, {label}: prove infeasible", "infeasible; CP-SAT agrees",
-            median_ms(lambda: next(parse(variant).solutions(limit=1), None), repeat),
-            median_ms(lambda: next(vmodel.solutions(limit=1), None), repeat),
-            pc2_domain_problem(vspec) or "n/a", median_ms(lambda: cpsat_first(vspec, []), repeat)))
+        ours_ms, solve_ms, cpsat_ms = medians_ms([lambda: next(parse(variant).solutions(limit=1), None),
+                                                  lambda: next(vmodel.solutions(limit=1), None),
+                                                  lambda: cpsat_first(vspec, [])], repeat)
+        rows.append(row(f"kernel model, {label}: prove infeasible", "infeasible; CP-SAT agrees",
+                        ours_ms, solve_ms, pc2_domain_problem(vspec) or "n/a", cpsat_ms))
         start = time.perf_counter()
         try:
             vmodel.solve(time_limit=CORE_TIME_LIMIT)
@@ -360,7 +361,7 @@ def profile_ours() -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=5, help="runs per timing (median); default 5")
+    parser.add_argument("--repeat", type=int, default=7, help="runs per timing (median); default 7")
     parser.add_argument("--quick", action="store_true", help="one run each, 6- and 7-queens only")
     parser.add_argument("--profile", action="store_true", help="also print a profile of constrint's runs")
     args = parser.parse_args(argv)
@@ -371,8 +372,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 f"python-constraint2 {version('python-constraint2')} · {os.cpu_count()} CPUs, load average "
                 f"{load} at the end of the run")
     notes = [
-        f"{versions}. Times in ms, median of {repeat} run(s). constrint_ms is end to end from the model text "
-        "(parse + solve); constrint_solve_ms is the search alone on the parsed model. vs_* = constrint_ms / "
+        f"{versions}. Times in ms, median of {repeat} run(s), the solvers of a row taking turns. constrint_ms is "
+        "end to end from the model text (parse + solve); constrint_solve_ms is the search alone on the parsed model. vs_* = constrint_ms / "
         "other (below 1 means constrint is faster). CP-SAT's first solution under preferences is a fixed "
         "search over the preferred variables in order (one worker).",
         "python-constraint2 2.9.0 finds no solution for the string constraint "
