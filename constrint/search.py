@@ -3,8 +3,10 @@
 Branching is binary, x = v or x != v, where v is the end of x's domain in its preferred direction, so the
 search undoes through the store's trail and never copies domains. Preferred variables are branched first, in
 order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain).
-With an objective, its domain is bisected first (better half first) and every solution tightens a bound on it
-(branch and bound) until the search space is empty, so even a huge objective range takes few steps.
+With an objective, every solution tightens a bound on it (branch and bound) until the search space is empty. Solutions
+come from the ordinary variable order, which on tile models reaches the optimum in a few steps, until progress is
+too slow for the range left (BISECT_RATIO); from then on the objective's domain is bisected first (better half
+first), so that even a huge objective range that improves one unit at a time takes few steps.
 
 Every leaf is passed to `verify` (a check against the original constraints) before it is yielded. Near the
 leaves, once the unfixed user variables span at most `block_rows` combinations, the block is enumerated at
@@ -26,10 +28,11 @@ from .errors import SolverBug, TimeLimit
 from .expr import Operand
 from .propagate import fixpoint
 from .store import Conflict, Store
-from .vector import BlockCheck, block_checks, block_value
+from .vector import BlockCheck, block_check, block_value
 
 MIN, MAX = "min", "max"
 SPLIT_MIN, SPLIT_MAX = "split-min", "split-max"  # domain bisection, lower / upper half first
+BISECT_RATIO = 256  # bisect the objective once the range left exceeds this many times the progress so far
 
 
 class Search:
@@ -49,6 +52,9 @@ class Search:
         self.others = [i for i in branch if i not in chosen]
         self.objective = objective
         self.bound: int | None = None
+        self.first_value: int | None = None  # objective of the first solution
+        self.objective_limit = 0  # the objective's best bound at the root
+        self.bisecting = False
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
         self.nodes = 0
         self.block_rows = block_rows
@@ -57,7 +63,7 @@ class Search:
             c for c in constraints if any(v.index in inside for v in c.variables().values())]
         self.verify = verify
         self.domains = domains
-        self.checks: list[BlockCheck] = []  # compiled at the root of a search that enumerates blocks
+        self.check: BlockCheck | None = None  # compiled at the root of a search that enumerates blocks
         self.objective_value: BlockCheck | None = None
 
     def _propagate(self) -> bool:
@@ -76,6 +82,15 @@ class Search:
                 return False
         return fixpoint(s, self.props)
 
+    def _improved(self, value: int) -> None:
+        """A solution of objective `value`: require better ones, and bisect when progress is slow."""
+        _, sense, _ = self.objective  # type: ignore[misc]
+        self.bound = value - 1 if sense == MIN else value + 1
+        if self.first_value is None:
+            self.first_value = value
+        done, left = abs(self.first_value - value), abs(value - self.objective_limit)
+        self.bisecting = self.bisecting or left > BISECT_RATIO * max(done, 1)
+
     def _pivot(self, var: int, direction: str) -> int:
         """The value v of a choice: x = v first (MIN, MAX), or x <= v (SPLIT_MIN) / x >= v (SPLIT_MAX) first."""
         lo, hi = self.store.lo[var], self.store.hi[var]
@@ -87,7 +102,7 @@ class Search:
 
     def _choose(self) -> tuple[int, str]:
         lo, hi = self.store.lo, self.store.hi
-        if self.objective is not None:  # bisect the objective's domain first, better half first
+        if self.bisecting:  # bisect the objective's domain first, better half first
             obj, sense, _ = self.objective
             if lo[obj] != hi[obj]:
                 return obj, SPLIT_MIN if sense == MIN else SPLIT_MAX
@@ -126,9 +141,12 @@ class Search:
         # bounds only shrink below this point: what fits in int64 here fits at every node
         self.fit_everywhere = self.block_rows > 0 and self._fits()
         if self.block_rows:  # compiled for the root bounds, which hold at every node below
-            self.checks = block_checks(self.constraints, s.lo, s.hi)
+            self.check = block_check(self.constraints, s.lo, s.hi)
             if self.objective is not None:
                 self.objective_value = block_value(self.objective[2], s.lo, s.hi)
+        if self.objective is not None:
+            obj, sense, _ = self.objective
+            self.objective_limit = s.lo[obj] if sense == MIN else s.hi[obj]
         stack: list[tuple[int, int, int, str]] = []
         lo, hi = s.lo, s.hi
         while True:
@@ -162,7 +180,7 @@ class Search:
                 yield values
                 if self.objective is not None:
                     obj, sense, _ = self.objective
-                    self.bound = lo[obj] - 1 if sense == MIN else lo[obj] + 1
+                    self._improved(lo[obj])
             while stack:  # backtrack: undo the latest choice and take its alternative
                 mark, var, v, direction = stack.pop()
                 s.undo(mark)
@@ -214,8 +232,7 @@ class Search:
             axes.append(axis)
             values[i] = axis.reshape((1,) * k + (-1,) + (1,) * (last - k))
         parts: dict = {}  # where the constraints hold, ANDed per set of axes they read (told by the shape)
-        for check in self.checks:
-            m = check(values)
+        for m in self.check(values):  # type: ignore[misc]
             shape = getattr(m, "shape", ())
             parts[shape] = parts[shape] & m if shape in parts else m
         if not parts.pop((), True):
@@ -231,7 +248,7 @@ class Search:
             pick = int(np.argmin(objective) if sense == MIN else np.argmax(objective))
             best = int(objective[pick])
             if self.bound is None or (best <= self.bound if sense == MIN else best >= self.bound):
-                self.bound = best - 1 if sense == MIN else best + 1
+                self._improved(best)
                 hits = tuple(h[pick : pick + 1] for h in hits)
             else:
                 hits = ()

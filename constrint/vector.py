@@ -2,8 +2,8 @@
 
 A block gives each unfixed variable its own axis: position i of the values is an int64 array shaped to
 broadcast along axis k (1 elsewhere), and a fixed variable is a plain int. A compiled check returns where its
-constraint holds, broadcast over the axes of the variables it reads only (a bool when it reads none), so each
-constraint costs the size of its own variables' grid, not the block's.
+constraints hold, one mask per set of variables read, broadcast over the axes of those variables only (a bool
+when they are all fixed), so each constraint costs the size of its own variables' grid, not the block's.
 
 Checks follow `Constraint.holds` exactly: numpy's // and % on int64 floor as Python does, and an undefined
 x // 0 or x % 0 makes the constraint containing it false. Divisors that cannot be 0 within the bounds given at
@@ -71,14 +71,13 @@ def _compile(sources: list[str], scope: dict) -> dict:
     return scope
 
 
-def block_checks(constraints: Sequence[Constraint], lo: list[int], hi: list[int]) -> list[BlockCheck]:
-    """Checks for variables within [lo, hi]: values -> where the constraints hold. Constraints that read
-    the same set of variables share one check (their conjunction), so a block evaluates one per set."""
+def block_check(constraints: Sequence[Constraint], lo: list[int], hi: list[int]) -> BlockCheck:
+    """For variables within [lo, hi]: values -> a tuple with one mask per set of variables that some
+    constraints read, where all of those constraints hold. One call evaluates a whole block."""
     sources: list[str] = []
 
-    def add(cs: list[Constraint]) -> str:
-        """A function over v that is true where all of `cs` hold; returns its name."""
-        name = f"c{id(cs[0])}"
+    def term(cs: list[Constraint]) -> str:
+        """Source of where all of `cs` hold (a call of a helper function when it tests divisors)."""
         src = _Source(lo, hi)
         bodies = []
         for c in cs:
@@ -90,18 +89,22 @@ def block_checks(constraints: Sequence[Constraint], lo: list[int], hi: list[int]
                 items = [src.expr(x) for x in c.items]
                 bodies += [f"({items[i]} != {items[j]})" for i in range(len(items)) for j in range(i)]
             elif isinstance(c, AnyOf):  # each disjunct separately: an undefined one is false, not the whole
-                bodies.append("(" + (" | ".join(f"{add([d])}(v)" for d in c.items) or "False") + ")")
+                bodies.append("(" + (" | ".join(term([d]) for d in c.items) or "False") + ")")
             else:
                 raise TypeError(f"no numpy form for {c!r}")
-        sources.append(_function(name, " & ".join(bodies) or "True", src))
-        return name
+        body = " & ".join(bodies) or "True"
+        if not src.tests_zero:
+            return f"({body})"
+        name = f"_t{len(sources)}"
+        sources.append(_function(name, body, src))
+        return f"{name}(v)"
 
     groups: dict[frozenset, list[Constraint]] = {}
     for c in constraints:
         groups.setdefault(frozenset(v.index for v in c.variables().values()), []).append(c)
-    names = [add(cs) for cs in groups.values()]
-    scope = _compile(sources, {})
-    return [scope[n] for n in names]
+    terms = [term(cs) for cs in groups.values()]
+    sources.append("def check(v):\n    return (" + "".join(t + ", " for t in terms) + ")\n")
+    return _compile(sources, {})["check"]
 
 
 def block_value(e: Operand, lo: list[int], hi: list[int]) -> BlockCheck:

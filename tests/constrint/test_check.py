@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from constrint.check import constraint_fits, predicates
-from constrint.vector import block_checks
+from constrint.vector import block_check
 
 from constrint_strategies import models
 
@@ -27,16 +27,16 @@ def test_compiled_checks_agree_with_holds(m):
             for i, d in enumerate(domains)]
     fixed = [domains[0][0], *(a.reshape(a.shape[1:]) for a in axes[1:])]
     for c in m.constraints:
-        block, = block_checks([c], lo, hi)
+        check = block_check([c], lo, hi)
         truth = [c.holds(dict(zip(names, r))) for r in rows]
         assert [checks[id(c)](r) for r in rows] == truth
         if constraint_fits(c, lo, hi):
-            assert np.broadcast_to(block(axes), shape).reshape(-1).tolist() == truth
+            assert np.broadcast_to(check(axes)[0], shape).reshape(-1).tolist() == truth
             first = len(rows) // shape[0]
-            assert np.broadcast_to(block(fixed), shape[1:]).reshape(-1).tolist() == truth[:first]
+            assert np.broadcast_to(check(fixed)[0], shape[1:]).reshape(-1).tolist() == truth[:first]
 
 
-def test_block_checks_test_only_divisors_that_may_be_zero():
+def test_block_check_tests_only_divisors_that_may_be_zero():
     from constrint import Model
 
     m = Model()
@@ -44,24 +44,25 @@ def test_block_checks_test_only_divisors_that_may_be_zero():
     y = m.int_var(-2, 2, "y")
     c = x // y >= 1
     cols = [np.arange(-3, 4).reshape(-1, 1), np.arange(-2, 3).reshape(1, -1)]
-    may_be_zero, = block_checks([c], [-3, -2], [3, 2])
-    assert not may_be_zero(cols)[:, 2].any()  # y == 0: undefined, so false
-    assert may_be_zero([3, 0]) == np.False_
-    never_zero, = block_checks([c], [-3, 1], [3, 2])
-    assert never_zero([np.arange(-3, 4), 1]).tolist() == [x >= 1 for x in range(-3, 4)]
+    may_be_zero = block_check([c], [-3, -2], [3, 2])
+    assert not may_be_zero(cols)[0][:, 2].any()  # y == 0: undefined, so false
+    assert may_be_zero([3, 0]) == (np.False_,)
+    never_zero = block_check([c], [-3, 1], [3, 2])
+    assert never_zero([np.arange(-3, 4), 1])[0].tolist() == [x >= 1 for x in range(-3, 4)]
 
 
-def test_block_checks_share_one_check_per_set_of_variables():
+def test_block_check_gives_one_mask_per_set_of_variables():
     from constrint import Model
 
     m = Model()
     x, y, z = (m.int_var(0, 3, n) for n in "xyz")
     cs = [x != y, x - y != 1, y // z == 1, m.any_of([x == 0, y == 0])]
-    check_xy, check_yz = block_checks(cs, [0, 0, 0], [3, 3, 3])
     cols = [np.arange(4).reshape(-1, 1, 1), np.arange(4).reshape(1, -1, 1), np.arange(4).reshape(1, 1, -1)]
+    masks = block_check(cs, [0, 0, 0], [3, 3, 3])(cols)
     names = list(m.variables)
-    for fn, group in ((check_xy, cs[:2] + cs[3:]), (check_yz, cs[2:3])):
-        mask = np.broadcast_to(fn(cols), (4, 4, 4))
+    assert len(masks) == 2
+    for mask, group in zip(masks, (cs[:2] + cs[3:], cs[2:3])):
+        mask = np.broadcast_to(mask, (4, 4, 4))
         for r in np.ndindex(4, 4, 4):
             assert mask[r] == all(c.holds(dict(zip(names, r))) for c in group)
 
