@@ -32,7 +32,8 @@ from .vector import BlockCheck, block_check, block_value
 
 MIN, MAX = "min", "max"
 SPLIT_MIN, SPLIT_MAX = "split-min", "split-max"  # domain bisection, lower / upper half first
-BISECT_RATIO = 256  # bisect the objective once the range left exceeds this many times the progress so far
+BISECT_PATIENCE = 4  # improving solutions before the rate of progress is judged
+BISECT_RATIO = 256  # then bisect the objective if the range left exceeds this many times the progress so far
 
 
 class Search:
@@ -53,6 +54,7 @@ class Search:
         self.objective = objective
         self.bound: int | None = None
         self.first_value: int | None = None  # objective of the first solution
+        self.improvements = 0
         self.objective_limit = 0  # the objective's best bound at the root
         self.bisecting = False
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
@@ -88,8 +90,9 @@ class Search:
         self.bound = value - 1 if sense == MIN else value + 1
         if self.first_value is None:
             self.first_value = value
+        self.improvements += 1
         done, left = abs(self.first_value - value), abs(value - self.objective_limit)
-        self.bisecting = self.bisecting or left > BISECT_RATIO * max(done, 1)
+        self.bisecting = self.bisecting or (self.improvements > BISECT_PATIENCE and left > BISECT_RATIO * done)
 
     def _pivot(self, var: int, direction: str) -> int:
         """The value v of a choice: x = v first (MIN, MAX), or x <= v (SPLIT_MIN) / x >= v (SPLIT_MAX) first."""
