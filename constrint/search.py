@@ -238,40 +238,40 @@ class Search:
         for m in self.check(values):  # type: ignore[misc]
             shape = getattr(m, "shape", ())
             parts[shape] = parts[shape] & m if shape in parts else m
+        mask = np.zeros(tuple(len(a) for a in axes), dtype=bool)
         if not parts.pop((), True):
-            return Block(free, axes, lo[: self.n_user], ())
-        mask = np.ones(tuple(len(a) for a in axes), dtype=bool)
+            return Block(free, axes, lo[: self.n_user], mask)
+        mask[...] = True
         for m in parts.values():
             mask &= m
-        hits = np.nonzero(mask)
-        if self.objective is not None and len(hits[0]):
+        if self.objective is not None and mask.any():
             _, sense, _ = self.objective
+            hits = np.nonzero(mask)
             value = self.objective_value(values)  # type: ignore[misc]
             objective = np.broadcast_to(value, mask.shape)[hits]
             pick = int(np.argmin(objective) if sense == MIN else np.argmax(objective))
             best = int(objective[pick])
+            mask[...] = False
             if self.bound is None or (best <= self.bound if sense == MIN else best >= self.bound):
-                self._improved(best)
-                hits = tuple(h[pick : pick + 1] for h in hits)
-            else:
-                hits = ()
-        return Block(free, axes, lo[: self.n_user], hits)
+                self.bound = best - 1 if sense == MIN else best + 1
+                mask[tuple(h[pick] for h in hits)] = True
+        return Block(free, axes, lo[: self.n_user], mask)
 
 
 class Block:
-    """The solutions of a block: `hits[k]` indexes `axes[k]`, the values of user variable `free[k]`; the
-    other user variables keep their values in `fixed`."""
+    """The solutions of a block: those where `mask` is true, axis k of the mask being the values `axes[k]`
+    of user variable `free[k]`; the other user variables keep their values in `fixed`."""
 
-    __slots__ = ("free", "axes", "fixed", "hits", "size")
+    __slots__ = ("free", "axes", "fixed", "mask", "size")
 
-    def __init__(self, free: list[int], axes: list[np.ndarray], fixed: list[int], hits: tuple) -> None:
-        self.free, self.axes, self.fixed, self.hits = free, axes, fixed, hits
-        self.size = len(hits[0]) if hits else 0
+    def __init__(self, free: list[int], axes: list[np.ndarray], fixed: list[int], mask: np.ndarray) -> None:
+        self.free, self.axes, self.fixed, self.mask = free, axes, fixed, mask
+        self.size = int(np.count_nonzero(mask))
 
     def rows(self) -> Iterator[tuple[int, ...]]:
         """The solutions as tuples, in the block's (lexicographic) order."""
         cols: list = [repeat(v) for v in self.fixed]
-        for i, axis, hit in zip(self.free, self.axes, self.hits):
+        for i, axis, hit in zip(self.free, self.axes, np.nonzero(self.mask)):
             cols[i] = axis[hit].tolist()
         return zip(*cols)
 
