@@ -3,6 +3,10 @@
 Tensors are [B, T, D], contiguous, one floating dtype (fp32, bf16 or fp16; fp32 accumulation inside). The forward
 writes h; the backward runs the same kernel in reverse on dL/dh and the saved h and writes the gradients of the
 cell's inputs and of h0.
+
+Host path per call: a plan from a dict keyed by (cell, device, D, dtype, direction), the look-back workspace
+reused per stream (no allocation and no memset: the kernel resets its ticket counter and status words carry the
+launch's epoch), and one launch.
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ from .problem import ScanProblem
 
 KERNEL_NAME = "flashrnn_scan"
 TORCH_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+EPOCH_LIMIT = 1 << 29
+"""Status words hold epoch * 4 + state in an int32: epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
+
+_plans: dict[tuple, ScanPlan] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -26,14 +34,63 @@ def _device_gpu(index: int) -> hwmodels.GPUModel:
 
 
 def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
-    """The plan for `cell` on `like`'s device, hidden size and dtype."""
-    problem = ScanProblem(cell, like.shape[-1], TORCH_DTYPES[like.dtype], direction)
-    return plan(problem, _device_gpu(like.device.index if like.device.index is not None else 0))
+    """The plan for `cell` on `like`'s device, hidden size and dtype (solved once per key, then a dict lookup)."""
+    index = like.device.index if like.device.index is not None else 0
+    key = (cell, index, like.shape[-1], like.dtype, direction)
+    found = _plans.get(key)
+    if found is None:
+        problem = ScanProblem(cell, like.shape[-1], TORCH_DTYPES[like.dtype], direction)
+        found = _plans[key] = plan(problem, _device_gpu(index))
+    return found
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(p: ScanPlan):
     return get_kernel(p.source(), KERNEL_NAME)
+
+
+class StreamWorkspace:
+    """Ticket counter + status words (int32) and the fp32 look-back maps, reused by every launch on one stream.
+
+    Launches on one stream run in order, so one buffer serves them all: the kernel hands the ticket counter back
+    at 0, and a status word written by an earlier launch carries an older epoch, which the kernel reads as "not
+    ready". The words are zeroed only when the buffer grows or the epoch counter wraps."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.flags = torch.zeros(1, device=device, dtype=torch.int32)
+        self.work = torch.empty(3, 1, device=device, dtype=torch.float32)
+        self.epoch = 0
+
+    def take(self, status_words: int, work_len: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(flags, work, epoch) for one launch needing `status_words` words and `work_len` fp32 per map."""
+        if self.flags.numel() < 1 + status_words:
+            self.flags = torch.zeros(max(1 + status_words, 2 * self.flags.numel()), device=self.device,
+                                     dtype=torch.int32)
+            self.epoch = 0
+        if self.work.shape[1] < work_len:
+            self.work = torch.empty(3, max(work_len, 2 * self.work.shape[1]), device=self.device,
+                                    dtype=torch.float32)
+        self.epoch += 1
+        if self.epoch >= EPOCH_LIMIT:
+            self.flags.zero_()
+            self.epoch = 1
+        return self.flags, self.work, self.epoch
+
+
+_workspaces: dict[tuple[int, int], StreamWorkspace] = {}
+
+
+def _workspace(stream: torch.cuda.Stream, status_words: int, work_len: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                      int]:
+    if torch.cuda.is_current_stream_capturing():  # a captured graph replays its arguments: fresh words each time
+        flags = torch.zeros(1 + status_words, device=stream.device, dtype=torch.int32)
+        return flags, torch.empty(3, max(1, work_len), device=stream.device, dtype=torch.float32), 1
+    key = (stream.device_index, stream.cuda_stream)
+    ws = _workspaces.get(key)
+    if ws is None:
+        ws = _workspaces[key] = StreamWorkspace(stream.device)
+    return ws.take(status_words, work_len)
 
 
 def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
@@ -55,25 +112,23 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     backward = direction == "backward"
     outs = tuple(torch.empty_like(x) for _ in (inputs if backward else (x,)))
     grad_h0 = torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None else None
-    if T == 0:
+    if T == 0 or B == 0:
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     d_tiles, chunks = p.d_tiles(D), p.chunks(T)
     lanes = B * d_tiles
-    flags = torch.zeros(1 + (lanes * chunks * p.threads_d if chunks > 1 else 0), device=x.device,
-                        dtype=torch.int32)
-    work = torch.empty(3, lanes * chunks * p.tile if chunks > 1 else 1, device=x.device, dtype=torch.float32)
+    stream = torch.cuda.current_stream(x.device)
+    multi = chunks > 1
+    flags, work, epoch = _workspace(stream, lanes * chunks * p.tile if multi else 0,
+                                    lanes * chunks * p.tile if multi else 1)
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    kernel = _kernel(p)
-    launch(kernel, (lanes * chunks,), (p.threads_d, p.threads_t),
+    launch(_kernel(p), (lanes * chunks,), (p.threads_d, p.threads_t),
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, work[0], work[1], work[2], flags,
-            T, D, d_tiles, lanes, chunks), device=x.device)
+            T, D, d_tiles, lanes, chunks, epoch), stream=stream)
     return (*outs, grad_h0) if backward else outs
-
-
 class ScanFunction(torch.autograd.Function):
     """h = scan of the cell over its inputs; gradients from the reverse scan."""
 

@@ -9,7 +9,7 @@
 //             SCAN_STEPS steps in registers, so every input is read from memory once.
 //   lane    = (batch row, tile of SCAN_THREADS_D * SCAN_VEC channels); a sequence of chunks forms a chain.
 // Carries: inside a block, rows combine their affine maps (A, B) through shared memory; across blocks, chunks of
-// one lane chain by decoupled look-back on per-thread status words (1: aggregate ready, 2: inclusive state
+// one lane chain by decoupled look-back on per-channel status words (1: aggregate ready, 2: inclusive state
 // ready). Blocks take chunks in ticket order (chunk-major), so a block only ever waits on blocks already running.
 //
 // Cells (SCAN_CELL): 0 linear (x1 = a, x2 = b); 1 minGRU (x1 = k, x2 = h_pre): z = sigmoid(k), a = 1 - z,
@@ -18,7 +18,8 @@
 #include "cells/ops.cuh"
 
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
-    !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE)
+    !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
+    !defined(SCAN_FAST)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_MIN_BLOCKS, SCAN_CELL, ..."
 #endif
 
@@ -54,63 +55,143 @@ __device__ __forceinline__ void store_pack(elem_t* p, const float (&x)[SCAN_VEC]
     for (int j = 0; j < SCAN_VEC; ++j) out.v[j] = from_float<elem_t>(x[j]);
     *reinterpret_cast<pack_t*>(p) = out;
 }
+#undef MAP_A
+#undef MAP_B
 
-__device__ __forceinline__ float candidate(float x) { return x >= 0.0f ? x + 0.5f : sigmoid(x); }
+// sigma(x) and sigma(-x) from one exponential and one reciprocal, both accurate in relative terms (no 1 - p
+// cancellation). SCAN_FAST (bf16/fp16 storage, rounding 2^-8 / 2^-11) uses the hardware ex2 / rcp approximations.
+__device__ __forceinline__ float fast_or_exact_exp(float x) {
+#if SCAN_FAST
+    return __expf(x);
+#else
+    return expf(x);
+#endif
+}
+#undef MAP_A
+#undef MAP_B
+
+__device__ __forceinline__ float fast_or_exact_rcp(float x) {
+#if SCAN_FAST
+    return __fdividef(1.0f, x);
+#else
+    return __frcp_rn(x);
+#endif
+}
+#undef MAP_A
+#undef MAP_B
+
+__device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
+    const float e = fast_or_exact_exp(-fabsf(x));  // in (0, 1]
+    const float big = fast_or_exact_rcp(1.0f + e), small = e * big;
+    pos = x >= 0.0f ? big : small;
+    neg = x >= 0.0f ? small : big;
+}
+#undef MAP_A
+#undef MAP_B
+
+// g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise, and its derivative (1, or sigmoid(x) sigmoid(-x)).
+__device__ __forceinline__ float candidate(float x) {
+    const float e = fast_or_exact_exp(fminf(x, 0.0f));
+    return x >= 0.0f ? x + 0.5f : e * fast_or_exact_rcp(1.0f + e);
+}
+#undef MAP_A
+#undef MAP_B
 
 __device__ __forceinline__ float candidate_grad(float x) {
-    if (x >= 0.0f) return 1.0f;
-    return sigmoid(x) * sigmoid(-x);
+    const float e = fast_or_exact_exp(fminf(x, 0.0f)), r = fast_or_exact_rcp(1.0f + e);
+    return x >= 0.0f ? 1.0f : e * r * r;
 }
+#undef MAP_A
+#undef MAP_B
 
-// (a, b) of one element from the cell's inputs; b is skipped (reverse pass: only a is needed).
+// minLSTM's normalised gates a = f / (f + i), i / (f + i) with f = sigmoid(x1), i = sigmoid(x2), as
+// u2 / (u1 + u2) and u1 / (u1 + u2) with u = (1 + e^-x) e^-m, m = max(0, -x1, -x2): every term is positive and
+// at most 2, so neither overflow nor 0 / 0 when both gates underflow.
+__device__ __forceinline__ void lstm_gates(float x1, float x2, float& a, float& bi) {
+    const float m = fmaxf(0.0f, -fminf(x1, x2));
+    const float em = fast_or_exact_exp(-m);
+    const float u1 = em + fast_or_exact_exp(-x1 - m), u2 = em + fast_or_exact_exp(-x2 - m);
+    const float r = fast_or_exact_rcp(u1 + u2);
+    a = u2 * r;
+    bi = u1 * r;
+}
+#undef MAP_A
+#undef MAP_B
+
+// (a, b) of one element from the cell's inputs (x3: minLSTM's candidate input).
+__device__ __forceinline__ void gates(float x1, float x2, float x3, float& a, float& b) {
+#if SCAN_CELL == 0
+    a = x1;
+    b = x2;
+#elif SCAN_CELL == 1
+    float z;
+    sigmoid_pair(x1, z, a);
+    b = z * candidate(x2);
+#else
+    float bi;
+    lstm_gates(x1, x2, a, bi);
+    b = bi * candidate(x3);
+#endif
+}
+#undef MAP_A
+#undef MAP_B
+
+// a alone (the reverse pass multiplies dh_{t+1} by a_{t+1}).
 __device__ __forceinline__ float gate_a(float x1, float x2) {
 #if SCAN_CELL == 0
     return x1;
 #elif SCAN_CELL == 1
-    return sigmoid(-x1);
+    float z, a;
+    sigmoid_pair(x1, z, a);
+    return a;
 #else
-    const float f = sigmoid(x1), i = sigmoid(x2);
-    return f / (f + i);
+    float a, bi;
+    lstm_gates(x1, x2, a, bi);
+    return a;
 #endif
 }
+#undef MAP_A
+#undef MAP_B
 
-__device__ __forceinline__ float gate_b(float x1, float x2, float x3) {
-#if SCAN_CELL == 0
-    return x2;
-#elif SCAN_CELL == 1
-    return sigmoid(x1) * candidate(x2);
-#else
-    const float f = sigmoid(x1), i = sigmoid(x2);
-    return i / (f + i) * candidate(x3);
-#endif
+// Status words: ticket counter at flags[0] (zero on entry; the block drawing the last ticket puts it back to 0 for
+// the next launch on the stream), then one word per (lane, chunk, channel of the tile) holding epoch * 4 + state. A word
+// from an earlier launch carries an older epoch and reads as "not ready", so the buffer is zeroed only when the
+// host's epoch counter wraps.
+__device__ __forceinline__ int load_status(const int* p, int epoch) {
+    const int word = *reinterpret_cast<const volatile int*>(p);
+    return (word >> 2) == epoch ? (word & 3) : 0;
 }
+#undef MAP_A
+#undef MAP_B
 
-// Status words: ticket counter at flags[0], then one word per (lane, chunk, threadIdx.x).
-__device__ __forceinline__ int load_status(const int* p) { return *reinterpret_cast<const volatile int*>(p); }
-
-__device__ __forceinline__ void store_status(int* p, int value) {
+__device__ __forceinline__ void store_status(int* p, int epoch, int state) {
     __threadfence();
-    *reinterpret_cast<volatile int*>(p) = value;
+    *reinterpret_cast<volatile int*>(p) = epoch * 4 + state;
 }
+#undef MAP_A
+#undef MAP_B
 
 // x1, x2, x3: cell inputs [B, T, D] (x3 only for minLSTM); h0: [B, D] or null.
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
 //   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D]; grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
-// agg_a, agg_b, incl: [lanes, chunks, SCAN_TILE] fp32 workspace; flags: [1 + lanes * chunks * SCAN_THREADS_D]
-// int32, zero on entry.
+// agg_a, agg_b, incl: [lanes, chunks, SCAN_TILE] fp32 workspace; flags: [1 + lanes * chunks * SCAN_TILE]
+// int32 (see the status words above); epoch in [1, 2^29).
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flashrnn_scan(
     const elem_t* __restrict__ x1, const elem_t* __restrict__ x2, const elem_t* __restrict__ x3,
     const elem_t* __restrict__ h0, const elem_t* __restrict__ dy, const elem_t* __restrict__ h,
     elem_t* __restrict__ y1, elem_t* __restrict__ y2, elem_t* __restrict__ y3, float* __restrict__ grad_h0,
     float* __restrict__ agg_a, float* __restrict__ agg_b, float* __restrict__ incl, int* __restrict__ flags,
-    int T, int D, int d_tiles, int lanes, int chunks) {
+    int T, int D, int d_tiles, int lanes, int chunks, int epoch) {
     __shared__ float s_a[SCAN_THREADS_T][SCAN_TILE];
     __shared__ float s_b[SCAN_THREADS_T][SCAN_TILE];
-    __shared__ float s_carry[SCAN_TILE];
     __shared__ int s_ticket;
 
     const int tx = threadIdx.x, ty = threadIdx.y;
-    if (tx == 0 && ty == 0) s_ticket = atomicAdd(flags, 1);
+    if (tx == 0 && ty == 0) {
+        const int ticket = atomicAdd(flags, 1);
+        if (ticket == lanes * chunks - 1) atomicExch(flags, 0);  // every ticket is drawn: reset for the next launch
+        s_ticket = ticket;
+    }
     __syncthreads();
     const int ticket = s_ticket;
     const int chunk = ticket / lanes;
@@ -121,161 +202,189 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     const long long row = (long long)batch * T;
     const int s0 = chunk * SCAN_CHUNK + ty * SCAN_STEPS;  // first step of this thread, in scan order
 
-    // Phase 1: load this thread's steps and fold them into one affine map h -> A h + B per channel.
-    pack_t r1[SCAN_STEPS], r2[SCAN_STEPS];
-#if SCAN_REVERSE
-    pack_t rg[SCAN_STEPS];
-#endif
-#if SCAN_CELL == 2 && !SCAN_REVERSE
-    pack_t r3[SCAN_STEPS];
-#endif
+    // Phase 1: issue every load of this thread's steps, then turn them into the maps (a, b) kept in registers for
+    // phase 3 (the gates are evaluated once) and fold them into one map h -> A h + B per channel. Steps past T
+    // get the identity map. The linear cell's maps are its inputs: they stay in storage precision (half the
+    // registers for bf16/fp16). Step i of this thread sits at `base + i * step` in memory.
+    const int t0 = SCAN_REVERSE ? T - 1 - s0 : s0;
+    const long long base = (row + t0) * D + d;
+    const int step = SCAN_REVERSE ? -D : D;
+#if SCAN_CELL == 0
+    pack_t ma[SCAN_STEPS], mb[SCAN_STEPS];
+#define MAP_A(i, j) to_float(ma[i].v[j])
+#define MAP_B(i, j) to_float(mb[i].v[j])
+    {
+        pack_t one, zero;
 #pragma unroll
-    for (int i = 0; i < SCAN_STEPS; ++i) {
-        const int s = s0 + i;
-        if (active && s < T) {
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            one.v[j] = from_float<elem_t>(1.0f);
+            zero.v[j] = from_float<elem_t>(0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < SCAN_STEPS; ++i) {
+            const int s = s0 + i;
+            ma[i] = one;
+            mb[i] = zero;
+            if (active && s < T) {
 #if SCAN_REVERSE
-            const int t = T - 1 - s;
-            rg[i] = load_pack(dy + (row + t) * D + d);
-            if (t + 1 < T) {  // the map of step t multiplies dh_{t+1} by a_{t+1}
-                r1[i] = load_pack(x1 + (row + t + 1) * D + d);
-#if SCAN_CELL == 2
-                r2[i] = load_pack(x2 + (row + t + 1) * D + d);
+                mb[i] = load_pack(dy + base + i * step);
+                ma[i] = s > 0 ? load_pack(x1 + base + i * step + D) : zero;  // dh_t gets a_{t+1} dh_{t+1}
+#else
+                ma[i] = load_pack(x1 + base + i * step);
+                mb[i] = load_pack(x2 + base + i * step);
 #endif
             }
-#else
-            const long long off = (row + s) * D + d;
-            r1[i] = load_pack(x1 + off);
-            r2[i] = load_pack(x2 + off);
-#if SCAN_CELL == 2
-            r3[i] = load_pack(x3 + off);
-#endif
-#endif
         }
     }
-
-    float fa[SCAN_VEC], fb[SCAN_VEC];
+#else
+    float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];
+#define MAP_A(i, j) ma[i][j]
+#define MAP_B(i, j) mb[i][j]
+    {
+        pack_t p1[SCAN_STEPS], p2[SCAN_STEPS];
+#if SCAN_CELL == 2
+        pack_t p3[SCAN_STEPS];
+#endif
 #pragma unroll
-    for (int j = 0; j < SCAN_VEC; ++j) {
-        fa[j] = 1.0f;
-        fb[j] = 0.0f;
-    }
+        for (int i = 0; i < SCAN_STEPS; ++i) {
+            const int s = s0 + i;
+            if (active && s < T) {
+                const elem_t* at = x1 + base + i * step;
+#if SCAN_REVERSE
+                p2[i] = load_pack(dy + base + i * step);
+                if (s > 0) {  // dh_t gets a_{t+1} dh_{t+1}
+                    p1[i] = load_pack(at + D);
+#if SCAN_CELL == 2
+                    p3[i] = load_pack(x2 + base + i * step + D);
+#endif
+                }
+#else
+                p1[i] = load_pack(at);
+                p2[i] = load_pack(x2 + base + i * step);
+#if SCAN_CELL == 2
+                p3[i] = load_pack(x3 + base + i * step);
+#endif
+#endif
+            }
+        }
 #pragma unroll
-    for (int i = 0; i < SCAN_STEPS; ++i) {
-        const int s = s0 + i;
-        if (active && s < T) {
+        for (int i = 0; i < SCAN_STEPS; ++i) {
+            const int s = s0 + i;
 #pragma unroll
             for (int j = 0; j < SCAN_VEC; ++j) {
-                float a, b;
+                float a = 1.0f, b = 0.0f;
+                if (active && s < T) {
 #if SCAN_REVERSE
-                a = (s > 0) ? gate_a(to_float(r1[i].v[j]), to_float(r2[i].v[j])) : 0.0f;
-                b = to_float(rg[i].v[j]);
-#elif SCAN_CELL == 2
-                a = gate_a(to_float(r1[i].v[j]), to_float(r2[i].v[j]));
-                b = gate_b(to_float(r1[i].v[j]), to_float(r2[i].v[j]), to_float(r3[i].v[j]));
+                    a = 0.0f;
+#if SCAN_CELL == 2
+                    if (s > 0) a = gate_a(to_float(p1[i].v[j]), to_float(p3[i].v[j]));
 #else
-                a = gate_a(to_float(r1[i].v[j]), to_float(r2[i].v[j]));
-                b = gate_b(to_float(r1[i].v[j]), to_float(r2[i].v[j]), 0.0f);
+                    if (s > 0) a = gate_a(to_float(p1[i].v[j]), 0.0f);
 #endif
-                fa[j] = a * fa[j];
-                fb[j] = fmaf(a, fb[j], b);
+                    b = to_float(p2[i].v[j]);
+#elif SCAN_CELL == 2
+                    gates(to_float(p1[i].v[j]), to_float(p2[i].v[j]), to_float(p3[i].v[j]), a, b);
+#else
+                    gates(to_float(p1[i].v[j]), to_float(p2[i].v[j]), 0.0f, a, b);
+#endif
+                }
+                ma[i][j] = a;
+                mb[i][j] = b;
             }
         }
     }
+#endif
+    {
+        float fa[SCAN_VEC], fb[SCAN_VEC];
 #pragma unroll
-    for (int j = 0; j < SCAN_VEC; ++j) {
-        s_a[ty][tx * SCAN_VEC + j] = fa[j];
-        s_b[ty][tx * SCAN_VEC + j] = fb[j];
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            fa[j] = MAP_A(0, j);
+            fb[j] = MAP_B(0, j);
+        }
+#pragma unroll
+        for (int i = 1; i < SCAN_STEPS; ++i) {
+#pragma unroll
+            for (int j = 0; j < SCAN_VEC; ++j) {
+                fb[j] = fmaf(MAP_A(i, j), fb[j], MAP_B(i, j));
+                fa[j] = MAP_A(i, j) * fa[j];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            s_a[ty][tx * SCAN_VEC + j] = fa[j];
+            s_b[ty][tx * SCAN_VEC + j] = fb[j];
+        }
     }
     __syncthreads();
 
-    // Phase 2: the block's carry-in (row 0: look back over earlier chunks of this lane), and each row's
-    // exclusive prefix inside the block.
-    if (ty == 0 && active) {
-        float carry[SCAN_VEC], ca[SCAN_VEC], cb[SCAN_VEC];
-#pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j) {
-            ca[j] = 1.0f;
-            cb[j] = 0.0f;
-        }
-        for (int r = 0; r < SCAN_THREADS_T; ++r) {
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) {
-                const float a = s_a[r][tx * SCAN_VEC + j];
-                cb[j] = fmaf(a, cb[j], s_b[r][tx * SCAN_VEC + j]);
-                ca[j] = a * ca[j];
+    // Phase 2: the block's carry-in per channel (look back over earlier chunks of this lane), then each row's
+    // carry-in, written over s_a. Spread over the block: thread (tx, ty) takes the channels tx * SCAN_VEC + j
+    // with j = ty, ty + SCAN_THREADS_T, ... so the look-back needs a few scalar registers while the maps stay in
+    // registers.
+    if (active) {
+        for (int j = ty; j < SCAN_VEC; j += SCAN_THREADS_T) {
+            const int c = tx * SCAN_VEC + j;
+            float ca = 1.0f, cb = 0.0f;
+            for (int r = 0; r < SCAN_THREADS_T; ++r) {
+                const float a = s_a[r][c];
+                cb = fmaf(a, cb, s_b[r][c]);
+                ca = a * ca;
             }
-        }
-        const long long slot = ((long long)lane * chunks + chunk) * SCAN_TILE + tx * SCAN_VEC;
-        int* status = flags + 1 + ((long long)lane * chunks + chunk) * SCAN_THREADS_D + tx;
-        if (chunk == 0) {
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j)
-                carry[j] = (!SCAN_REVERSE && h0 != nullptr) ? to_float(h0[(long long)batch * D + d + j]) : 0.0f;
-        } else {
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) {
-                agg_a[slot + j] = ca[j];
-                agg_b[slot + j] = cb[j];
-            }
-            store_status(status, 1);
-            float la[SCAN_VEC], lb[SCAN_VEC];  // map of the chunks between the one examined and this one
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) {
-                la[j] = 1.0f;
-                lb[j] = 0.0f;
-            }
-            for (int prev = chunk - 1;; --prev) {
-                const int* prev_status = status - (long long)(chunk - prev) * SCAN_THREADS_D;
-                int state;
-                do {
-                    state = load_status(prev_status);
-                } while (state == 0);
-                __threadfence();
-                const long long prev_slot = slot - (long long)(chunk - prev) * SCAN_TILE;
-                if (state == 2) {
-#pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) carry[j] = fmaf(la[j], __ldcg(incl + prev_slot + j), lb[j]);
-                    break;
-                }
-#pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) {
-                    const float a = __ldcg(agg_a + prev_slot + j);
-                    lb[j] = fmaf(la[j], __ldcg(agg_b + prev_slot + j), lb[j]);
-                    la[j] = la[j] * a;
+            const long long slot = ((long long)lane * chunks + chunk) * SCAN_TILE + c;
+            int* status = flags + 1 + slot;
+            float carry;
+            if (chunk == 0) {
+                carry = (!SCAN_REVERSE && h0 != nullptr) ? to_float(h0[(long long)batch * D + d + j]) : 0.0f;
+            } else {
+                agg_a[slot] = ca;
+                agg_b[slot] = cb;
+                store_status(status, epoch, 1);
+                float la = 1.0f, lb = 0.0f;  // map of the chunks between the one examined and this one
+                for (int back = SCAN_TILE;; back += SCAN_TILE) {
+                    int state;
+                    do {
+                        state = load_status(status - back, epoch);
+                    } while (state == 0);
+                    __threadfence();
+                    if (state == 2) {
+                        carry = fmaf(la, __ldcg(incl + slot - back), lb);
+                        break;
+                    }
+                    lb = fmaf(la, __ldcg(agg_b + slot - back), lb);
+                    la = la * __ldcg(agg_a + slot - back);
                 }
             }
+            if (chunk + 1 < chunks) {
+                incl[slot] = fmaf(ca, carry, cb);
+                store_status(status, epoch, 2);
+            }
+            for (int r = 0; r < SCAN_THREADS_T; ++r) {  // row r's carry-in replaces its map's a
+                const float a = s_a[r][c];
+                s_a[r][c] = carry;
+                carry = fmaf(a, carry, s_b[r][c]);
+            }
         }
-        if (chunks > 1 && chunk + 1 < chunks) {
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) incl[slot + j] = fmaf(ca[j], carry[j], cb[j]);
-            store_status(status, 2);
-        }
-#pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j) s_carry[tx * SCAN_VEC + j] = carry[j];
     }
     __syncthreads();
     if (!active) return;
 
     float state[SCAN_VEC];
 #pragma unroll
-    for (int j = 0; j < SCAN_VEC; ++j) state[j] = s_carry[tx * SCAN_VEC + j];
-    for (int r = 0; r < ty; ++r) {
-#pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j)
-            state[j] = fmaf(s_a[r][tx * SCAN_VEC + j], state[j], s_b[r][tx * SCAN_VEC + j]);
-    }
+    for (int j = 0; j < SCAN_VEC; ++j) state[j] = s_a[ty][tx * SCAN_VEC + j];
 
-    // Phase 3: rescan this thread's steps from registers and write the outputs.
+    // Phase 3: rescan this thread's steps from the maps in registers and write the outputs.
 #pragma unroll
     for (int i = 0; i < SCAN_STEPS; ++i) {
         const int s = s0 + i;
         if (s < T) {
+#pragma unroll
+            for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(MAP_A(i, j), state[j], MAP_B(i, j));
+            const long long off = base + i * step;
 #if SCAN_REVERSE
-            const int t = T - 1 - s;
-            const long long off = (row + t) * D + d;
-            const pack_t p1 = load_pack(x1 + off), p2 = load_pack(x2 + off);
+            const int t = t0 - i;
+            const pack_t q1 = load_pack(x1 + off), q2 = load_pack(x2 + off);
 #if SCAN_CELL == 2
-            const pack_t p3 = load_pack(x3 + off);
+            const pack_t q3 = load_pack(x3 + off);
 #endif
             pack_t hp;
             const bool has_prev = t > 0 || h0 != nullptr;
@@ -287,27 +396,34 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #endif
 #pragma unroll
             for (int j = 0; j < SCAN_VEC; ++j) {
-                const float a = (t + 1 < T) ? gate_a(to_float(r1[i].v[j]), to_float(r2[i].v[j])) : 0.0f;
-                state[j] = fmaf(a, state[j], to_float(rg[i].v[j]));
                 const float dh = state[j];
                 const float grad_a = has_prev ? dh * to_float(hp.v[j]) : 0.0f;
-                const float v1 = to_float(p1.v[j]), v2 = to_float(p2.v[j]);
+                const float v1 = to_float(q1.v[j]), v2 = to_float(q2.v[j]);
+                float a_t;
 #if SCAN_CELL == 0
+                a_t = v1;
                 g1[j] = grad_a;
                 g2[j] = dh;
 #elif SCAN_CELL == 1
-                const float z = sigmoid(v1);  // z (1 - z) as sigmoid(k) sigmoid(-k): no cancellation near z = 1
-                g1[j] = (dh * candidate(v2) - grad_a) * z * sigmoid(-v1);
+                float z;  // z (1 - z) as sigmoid(k) sigmoid(-k): no cancellation near z = 1
+                sigmoid_pair(v1, z, a_t);
+                g1[j] = (dh * candidate(v2) - grad_a) * z * a_t;
                 g2[j] = dh * z * candidate_grad(v2);
 #else
-                const float v3 = to_float(p3.v[j]);
-                const float f = sigmoid(v1), ig = sigmoid(v2), sum = f + ig;
-                const float common = (grad_a - dh * candidate(v3)) / (sum * sum);
-                g1[j] = ig * common * f * sigmoid(-v1);
-                g2[j] = -f * common * ig * sigmoid(-v2);
-                g3[j] = dh * ig / sum * candidate_grad(v3);
+                // a = f / (f + i), b = i / (f + i) g: da/df = -db/df = i / (f + i)^2, da/di = -db/di = -f / (f + i)^2,
+                // so with f' = f sigmoid(-x1): dL/dx1 = a bi (grad_a - dh g) sigmoid(-x1), dL/dx2 the negation
+                // with sigmoid(-x2).
+                const float v3 = to_float(q3.v[j]);
+                float bi, f, nf, ig, ni;
+                lstm_gates(v1, v2, a_t, bi);
+                sigmoid_pair(v1, f, nf);
+                sigmoid_pair(v2, ig, ni);
+                const float common = a_t * bi * (grad_a - dh * candidate(v3));
+                g1[j] = common * nf;
+                g2[j] = -common * ni;
+                g3[j] = dh * bi * candidate_grad(v3);
 #endif
-                if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)batch * D + d + j] = gate_a(v1, v2) * dh;
+                if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)batch * D + d + j] = a_t * dh;
             }
             store_pack(y1 + off, g1);
             store_pack(y2 + off, g2);
@@ -315,19 +431,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             store_pack(y3 + off, g3);
 #endif
 #else
-            const long long off = (row + s) * D + d;
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) {
-                const float v1 = to_float(r1[i].v[j]), v2 = to_float(r2[i].v[j]);
-#if SCAN_CELL == 2
-                const float v3 = to_float(r3[i].v[j]);
-#else
-                const float v3 = 0.0f;
-#endif
-                state[j] = fmaf(gate_a(v1, v2), state[j], gate_b(v1, v2, v3));
-            }
             store_pack(y1 + off, state);
 #endif
         }
     }
 }
+#undef MAP_A
+#undef MAP_B

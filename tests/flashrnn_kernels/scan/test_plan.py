@@ -1,6 +1,6 @@
 """Scan plans: valid for several GPU models (every named constraint holds, hwmodels' occupancy admits the block
-with the promised min_blocks), independent of T, and every rendered source compiles with nvcc for sm_80 and
-sm_90 with no spills."""
+with the promised min_blocks at the register need, at least 16 resident warps), independent of T, and every
+rendered source compiles with nvcc for sm_80 and sm_90 with no spills and at most the plan's register estimate."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,7 @@ import hwmodels
 import pytest
 
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
-from flashrnn_kernels.scan.plan import build_model, objective, plan
+from flashrnn_kernels.scan.plan import TARGET_WARPS, build_model, objective, plan, register_cap, register_need
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
@@ -34,10 +34,13 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert p.vec * problem.element_bytes <= 16 and problem.hidden_dim % p.vec == 0
         assert p.tile <= problem.hidden_dim
         assert p.regs_estimate <= gpu.max_regs_per_thread and p.smem_bytes <= gpu.smem_per_block
-        occupancy = hwmodels.blocks_per_sm(gpu, p.threads, p.regs_estimate, p.smem_bytes)
+        need = register_need(p.steps, p.vec)
+        occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 2
-        # the register cap the launch bounds imply leaves room for the estimate
-        assert gpu.regs_per_sm // (p.threads * p.min_blocks) >= p.regs_estimate
+        assert p.min_blocks * p.threads >= TARGET_WARPS * gpu.warp_size
+        # the register cap the launch bounds give ptxas covers the need, and is the plan's estimate
+        assert p.regs_estimate == register_cap(gpu, p.threads, p.min_blocks) >= need
+        assert p.regs_estimate * p.threads * p.min_blocks <= gpu.regs_per_sm
         m = build_model(problem, gpu)
         sol = m.minimize(objective(m))
         assert all(c.holds(sol) for c in m.constraints)
@@ -81,4 +84,5 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
         assert spills and not any(spills), f"{p}: {log}"
         regs = int(re.search(r"Used (\d+) registers", log).group(1))
+        assert regs <= p.regs_estimate, f"{p}: ptxas used {regs} registers, above the estimate"
         assert regs * p.threads * p.min_blocks <= gpu.regs_per_sm, f"{p}: {regs} registers"
