@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -92,4 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HwModelError as err:
         print(f"hwmodels: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`hwmodels list | head`): exit as a cut pipeline does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
     return 0
