@@ -253,7 +253,7 @@ class Search:
             best = int(objective[pick])
             mask[...] = False
             if self.bound is None or (best <= self.bound if sense == MIN else best >= self.bound):
-                self.bound = best - 1 if sense == MIN else best + 1
+                self._improved(best)
                 mask[tuple(h[pick] for h in hits)] = True
         return Block(free, axes, lo[: self.n_user], mask)
 
