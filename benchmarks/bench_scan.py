@@ -7,7 +7,9 @@ Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton
 [B, D, T] layout; fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates by torch,
 then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T only).
 Bandwidth counts each input read once and each output written once, against a device-to-device copy measured in
-the same run. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
+the same run. Each measurement's repeat count is cut to about 200 ms of device time, so the default run takes a
+few minutes at most, most of it compiling and allocating; every T here is a power of two, as accelerated-scan
+requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
 `--plans` times the solver's plan against neighbouring plans (results/scan_plans.*).
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import plot, time_cuda, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
-from flashrnn_kernels.scan.plan import REG_BASE  # noqa: E402
+from flashrnn_kernels.scan.plan import register_cap, register_need  # noqa: E402
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -65,9 +67,13 @@ def _row(op, impl, shape, dtype, ms, moved, copy_bw, **extra):
             "ms": ms, "TB/s": bw / 1e12, "% of copy": 100 * bw / copy_bw, **extra}
 
 
-def _time(fn, repeat=20):
+def _time(fn, repeat=20, budget_ms=200.0):
+    """Median ms of `fn`, with the repeat count cut so that one measurement takes about `budget_ms` of device time
+    (at least 3 timed calls)."""
     try:
-        return time_cuda(fn, warmup=3, repeat=repeat), None
+        first = time_cuda(fn, warmup=1, repeat=1)
+        repeat = max(3, min(repeat, int(budget_ms / max(first, 1e-3))))
+        return time_cuda(fn, warmup=2, repeat=repeat), None
     except Exception as exc:  # recorded as an error row, the run goes on
         return float("nan"), f"{type(exc).__name__}: {exc}"[:160]
 
@@ -101,19 +107,21 @@ def plan_sweep(copy_bw) -> list[dict]:
             b = torch.randn(*shape, device="cuda").to(dtype)
             chosen = device_plan("linear", a, "forward")
             gpu = _device_gpu(a.device.index or 0)
-            for threads_t in (4, 8, 16):
-                for steps in (4, 8):
+            for threads_t in (4, 8, 16, 32):
+                for steps in (2, 4, 8):
                     threads = chosen.threads_d * threads_t
                     if threads % 32 or threads > 1024:
                         continue
-                    regs = (REG_BASE + steps * 2 * chosen.vec + 7) // 8 * 8
-                    trial = dataclasses.replace(chosen, threads_t=threads_t, steps=steps, min_blocks=1,
-                                                regs_estimate=regs)
+                    need = register_need(steps, chosen.vec)
+                    trial = dataclasses.replace(chosen, threads_t=threads_t, steps=steps)
                     try:
-                        occupancy = hwmodels.blocks_per_sm(gpu, threads, regs, trial.smem_bytes).blocks_per_sm
+                        occupancy = hwmodels.blocks_per_sm(gpu, threads, need, trial.smem_bytes).blocks_per_sm
                     except hwmodels.LaunchConfigError:  # this block cannot launch with that many registers
                         continue
-                    trial = dataclasses.replace(trial, min_blocks=occupancy)
+                    if occupancy == 0:
+                        continue
+                    trial = dataclasses.replace(trial, min_blocks=occupancy,
+                                                regs_estimate=register_cap(gpu, threads, occupancy))
                     ms, err = _time(lambda: run_scan("linear", "forward", (a, b), None, kernel_plan=trial))
                     rows.append(_row("linear_scan", "solver's plan" if trial == chosen else "alternative", shape,
                                      dname, ms, 3 * a.numel() * a.element_size(), copy_bw, threads_d=trial.threads_d,
@@ -145,7 +153,7 @@ def bench_cell(cell, shape, dname, copy_bw, cpu):
     moved = {"forward": (n + 1) * dy.numel() * esize, "forward+backward": (4 * n + 3) * dy.numel() * esize}
     rows = []
     for impl, fn in impls.items():
-        repeat = 5 if "sequential" in impl else 20
+        repeat = 3 if "sequential" in impl else 20
         with torch.no_grad():
             ms, err = _time(lambda: fn(*inputs), repeat)
         rows.append(_row(cell, impl, shape, dname, ms, moved["forward"], copy_bw, pass_="forward", error=err))

@@ -60,10 +60,12 @@ class StreamWorkspace:
         self.device = device
         self.flags = torch.zeros(1, device=device, dtype=torch.int32)
         self.work = torch.empty(3, 1, device=device, dtype=torch.float32)
+        self.maps = tuple(self.work)
         self.epoch = 0
 
-    def take(self, status_words: int, work_len: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """(flags, work, epoch) for one launch needing `status_words` words and `work_len` fp32 per map."""
+    def take(self, status_words: int, work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
+        """(flags, the three fp32 maps (agg_a, agg_b, incl), epoch) for one launch needing `status_words` words and
+        `work_len` fp32 per map."""
         if self.flags.numel() < 1 + status_words:
             self.flags = torch.zeros(max(1 + status_words, 2 * self.flags.numel()), device=self.device,
                                      dtype=torch.int32)
@@ -71,21 +73,22 @@ class StreamWorkspace:
         if self.work.shape[1] < work_len:
             self.work = torch.empty(3, max(work_len, 2 * self.work.shape[1]), device=self.device,
                                     dtype=torch.float32)
+            self.maps = tuple(self.work)
         self.epoch += 1
         if self.epoch >= EPOCH_LIMIT:
             self.flags.zero_()
             self.epoch = 1
-        return self.flags, self.work, self.epoch
+        return self.flags, self.maps, self.epoch
 
 
 _workspaces: dict[tuple[int, int], StreamWorkspace] = {}
 
 
-def _workspace(stream: torch.cuda.Stream, status_words: int, work_len: int) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                      int]:
+def _workspace(stream: torch.cuda.Stream, status_words: int,
+               work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
     if torch.cuda.is_current_stream_capturing():  # a captured graph replays its arguments: fresh words each time
         flags = torch.zeros(1 + status_words, device=stream.device, dtype=torch.int32)
-        return flags, torch.empty(3, max(1, work_len), device=stream.device, dtype=torch.float32), 1
+        return flags, tuple(torch.empty(3, max(1, work_len), device=stream.device, dtype=torch.float32)), 1
     key = (stream.device_index, stream.cuda_stream)
     ws = _workspaces.get(key)
     if ws is None:
@@ -118,7 +121,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     lanes = B * d_tiles
     stream = torch.cuda.current_stream(x.device)
     multi = chunks > 1
-    flags, work, epoch = _workspace(stream, lanes * chunks * p.tile if multi else 0,
+    flags, maps, epoch = _workspace(stream, lanes * chunks * p.tile if multi else 0,
                                     lanes * chunks * p.tile if multi else 1)
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
@@ -126,7 +129,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
     launch(_kernel(p), (lanes * chunks,), (p.threads_d, p.threads_t),
-           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, work[0], work[1], work[2], flags,
+           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, flags,
             T, D, d_tiles, lanes, chunks, epoch), stream=stream)
     return (*outs, grad_h0) if backward else outs
 class ScanFunction(torch.autograd.Function):

@@ -89,6 +89,12 @@ __device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
 #undef MAP_A
 #undef MAP_B
 
+__device__ __forceinline__ float sigmoid_of_neg(float x) {
+    float pos, neg;
+    sigmoid_pair(x, pos, neg);
+    return neg;
+}
+
 // g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise, and its derivative (1, or sigmoid(x) sigmoid(-x)).
 __device__ __forceinline__ float candidate(float x) {
     const float e = fast_or_exact_exp(fminf(x, 0.0f));
@@ -414,13 +420,11 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 // so with f' = f sigmoid(-x1): dL/dx1 = a bi (grad_a - dh g) sigmoid(-x1), dL/dx2 the negation
                 // with sigmoid(-x2).
                 const float v3 = to_float(q3.v[j]);
-                float bi, f, nf, ig, ni;
+                float bi;
                 lstm_gates(v1, v2, a_t, bi);
-                sigmoid_pair(v1, f, nf);
-                sigmoid_pair(v2, ig, ni);
                 const float common = a_t * bi * (grad_a - dh * candidate(v3));
-                g1[j] = common * nf;
-                g2[j] = -common * ni;
+                g1[j] = common * sigmoid_of_neg(v1);
+                g2[j] = -common * sigmoid_of_neg(v2);
                 g3[j] = dh * bi * candidate_grad(v3);
 #endif
                 if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)batch * D + d + j] = a_t * dh;

@@ -87,3 +87,15 @@ def test_parallel_and_sequential_forms_agree_with_h0():
     kernel = min_gru_scan(k.float(), hp.float(), h0.float())
     assert relative_error(kernel, reference.min_gru_loop(k, hp, h0)) < 1e-5
     assert relative_error(kernel, reference.min_gru_log_space(k, hp, h0)) < 1e-5
+
+
+def test_workspace_reuse_across_shapes_and_epoch_wrap():
+    """Back-to-back launches on one stream share the look-back words: different shapes, then an epoch wrap."""
+    from flashrnn_kernels.scan import function
+
+    for B, T, D in ((2, 5000, 64), (1, 3000, 128), (2, 5000, 64)):
+        _check("linear", torch.float32, B, T, D, True)
+    stream = torch.cuda.current_stream()
+    function._workspaces[(stream.device_index, stream.cuda_stream)].epoch = function.EPOCH_LIMIT - 2
+    for _ in range(3):
+        _check("min_gru", torch.float32, 2, 4000, 64, False)
