@@ -7,10 +7,10 @@ the launch bounds give ptxas) is derived here; scan.cu re-checks the block shape
 enters the model: a chunk is `chunk_len` steps, and the number of chunks, ceil(T / chunk_len), is a launch-time
 quantity.
 
-Registers: a thread holds its steps' maps (a, b) from the loads to the output, `held_registers` of them; the rest
-of the kernel needs about REG_OVERHEAD more, and never less than REG_FLOOR in all (ptxas -v for sm_80/sm_90). The
-launch bounds cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that
-cap covers the need; the nvcc test checks every rendered plan compiles under its cap without spills.
+Registers: a thread holds its steps' maps (a, b), 2 * steps * vec values, from the loads to the output; the need
+is REG_OVERHEAD + REG_PER_MAP_FLOAT per value (measured with ptxas -v, see below). The launch bounds cap ptxas at
+regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that cap covers the need, and the
+cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without spills.
 
 Cost, in order: enough bytes in flight per SM to cover loaded memory latency at full bandwidth (Little's law from
 the GPU's bandwidth and SM count), enough resident warps that one block's look-back and stores overlap other

@@ -55,8 +55,6 @@ __device__ __forceinline__ void store_pack(elem_t* p, const float (&x)[SCAN_VEC]
     for (int j = 0; j < SCAN_VEC; ++j) out.v[j] = from_float<elem_t>(x[j]);
     *reinterpret_cast<pack_t*>(p) = out;
 }
-#undef MAP_A
-#undef MAP_B
 
 // sigma(x) and sigma(-x) from one exponential and one reciprocal, both accurate in relative terms (no 1 - p
 // cancellation). SCAN_FAST (bf16/fp16 storage, rounding 2^-8 / 2^-11) uses the hardware ex2 / rcp approximations.
@@ -67,8 +65,6 @@ __device__ __forceinline__ float fast_or_exact_exp(float x) {
     return expf(x);
 #endif
 }
-#undef MAP_A
-#undef MAP_B
 
 __device__ __forceinline__ float fast_or_exact_rcp(float x) {
 #if SCAN_FAST
@@ -77,8 +73,6 @@ __device__ __forceinline__ float fast_or_exact_rcp(float x) {
     return __frcp_rn(x);
 #endif
 }
-#undef MAP_A
-#undef MAP_B
 
 __device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
     const float e = fast_or_exact_exp(-fabsf(x));  // in (0, 1]
@@ -86,8 +80,6 @@ __device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
     pos = x >= 0.0f ? big : small;
     neg = x >= 0.0f ? small : big;
 }
-#undef MAP_A
-#undef MAP_B
 
 __device__ __forceinline__ float sigmoid_of_neg(float x) {
     float pos, neg;
@@ -100,15 +92,11 @@ __device__ __forceinline__ float candidate(float x) {
     const float e = fast_or_exact_exp(fminf(x, 0.0f));
     return x >= 0.0f ? x + 0.5f : e * fast_or_exact_rcp(1.0f + e);
 }
-#undef MAP_A
-#undef MAP_B
 
 __device__ __forceinline__ float candidate_grad(float x) {
     const float e = fast_or_exact_exp(fminf(x, 0.0f)), r = fast_or_exact_rcp(1.0f + e);
     return x >= 0.0f ? 1.0f : e * r * r;
 }
-#undef MAP_A
-#undef MAP_B
 
 // minLSTM's normalised gates a = f / (f + i), i / (f + i) with f = sigmoid(x1), i = sigmoid(x2), as
 // u2 / (u1 + u2) and u1 / (u1 + u2) with u = (1 + e^-x) e^-m, m = max(0, -x1, -x2): every term is positive and
@@ -121,8 +109,6 @@ __device__ __forceinline__ void lstm_gates(float x1, float x2, float& a, float& 
     a = u2 * r;
     bi = u1 * r;
 }
-#undef MAP_A
-#undef MAP_B
 
 // (a, b) of one element from the cell's inputs (x3: minLSTM's candidate input).
 __device__ __forceinline__ void gates(float x1, float x2, float x3, float& a, float& b) {
@@ -139,8 +125,6 @@ __device__ __forceinline__ void gates(float x1, float x2, float x3, float& a, fl
     b = bi * candidate(x3);
 #endif
 }
-#undef MAP_A
-#undef MAP_B
 
 // a alone (the reverse pass multiplies dh_{t+1} by a_{t+1}).
 __device__ __forceinline__ float gate_a(float x1, float x2) {
@@ -156,26 +140,20 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
     return a;
 #endif
 }
-#undef MAP_A
-#undef MAP_B
 
 // Status words: ticket counter at flags[0] (zero on entry; the block drawing the last ticket puts it back to 0 for
-// the next launch on the stream), then one word per (lane, chunk, channel of the tile) holding epoch * 4 + state. A word
-// from an earlier launch carries an older epoch and reads as "not ready", so the buffer is zeroed only when the
-// host's epoch counter wraps.
+// the next launch on the stream), then one word per (lane, chunk, channel of the tile) holding epoch * 4 + state.
+// A word from an earlier launch carries an older epoch and reads as "not ready", so the buffer is zeroed only when
+// the host's epoch counter wraps.
 __device__ __forceinline__ int load_status(const int* p, int epoch) {
     const int word = *reinterpret_cast<const volatile int*>(p);
     return (word >> 2) == epoch ? (word & 3) : 0;
 }
-#undef MAP_A
-#undef MAP_B
 
 __device__ __forceinline__ void store_status(int* p, int epoch, int state) {
     __threadfence();
     *reinterpret_cast<volatile int*>(p) = epoch * 4 + state;
 }
-#undef MAP_A
-#undef MAP_B
 
 // x1, x2, x3: cell inputs [B, T, D] (x3 only for minLSTM); h0: [B, D] or null.
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
