@@ -12,7 +12,7 @@
 //   R [G, NH, DH, DH]   states [S, B, NH, DH]   h_out [B, T, NH, DH]   gates_save fp32 [B, T, G, NH, DH]
 //   states_save fp32 [S-1, B, T+1, NH, DH]   d_h [B, T, NH, DH] (gradient of h_out)
 //   d_last [S, B, NH, DH] (gradient of the last states)
-//   d_gates fp32 [B, T, G, NH, DH] (gradient of the pre-activations = of Wx)   d_states [S, B, NH, DH]
+//   d_gates [B, T, G, NH, DH] (gradient of the pre-activations = of Wx, in the input dtype)   d_states [S, B, NH, DH]
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
     !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
     !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
@@ -48,7 +48,7 @@ extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_P
 flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__ states,
                         const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
                         const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
-                        const elem_t* __restrict__ d_last, float* __restrict__ d_gates,
+                        const elem_t* __restrict__ d_last, elem_t* __restrict__ d_gates,
                         elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
@@ -188,7 +188,8 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                     if (col < valid_b) {
                         const size_t bt = (size_t)(b0 + col) * T + t;
 #pragma unroll
-                        for (int j = 0; j < G; ++j) d_gates[(bt * G + j) * unit_stride + (size_t)head * DH + u] = dx[j];
+                        for (int j = 0; j < G; ++j)
+                            d_gates[(bt * G + j) * unit_stride + (size_t)head * DH + u] = from_float<elem_t>(dx[j]);
                     }
                 }
         }

@@ -5,7 +5,7 @@
 // warps' accumulators hold every gate of the same (unit, batch) elements and the cell step runs in registers.
 // R stays on chip for the whole sequence; the non-h states stay in registers; h_t is exchanged through shared
 // memory (double buffered: one barrier per step; distributed shared memory inside a cluster). Wx of step t+1 is
-// staged by cp.async STAGES-1 steps ahead.
+// staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory from registers.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
 //   r_scratch: L2-resident home of the GLOBAL_K_TILES fragments, plan.scratch_bytes(B) bytes (null when 0)
@@ -108,14 +108,12 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     cluster_barrier();
 
     const size_t h_stride_b = (size_t)T * unit_stride;
-    elem_t* h_base = h_out + (size_t)b0 * h_stride_b + (size_t)head * DH + o_block;
     for (int t = 0; t < T; ++t) {
         const int cur = t & 1;
         const elem_t* Vc = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
         elem_t* Vn = V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE;
         const elem_t* wx = wx_stage + (t % STAGES) * WX_TILE;
         stage_wx(t + STAGES - 1);
-        if (t > 0) store_rows(h_base + (size_t)(t - 1) * unit_stride, Vc + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
 
         float acc[M_TILES][N_TILES][4];
         A.multiply(acc, Vc, k_first);
@@ -142,7 +140,11 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                     cell_forward(x, s, y, a);
 #pragma unroll
                     for (int k = 1; k < S; ++k) st[k - 1][n][e] = y[k];
-                    Vn[col * V_STRIDE + o] = from_float<elem_t>(y[0]);
+                    const elem_t h_new = from_float<elem_t>(y[0]);
+                    Vn[col * V_STRIDE + o] = h_new;
+                    // h_t straight from registers: no shared-memory read-back on the step's critical path
+                    if (col < valid_b)
+                        h_out[(size_t)(b0 + col) * h_stride_b + (size_t)t * unit_stride + head * DH + o] = h_new;
                     if (gates_save != nullptr && col < valid_b) {
                         const size_t bt = (size_t)(b0 + col) * T + t;
 #pragma unroll
@@ -163,9 +165,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         cluster_barrier();
     }
 
-    // h_{T-1} and the last states.
+    // The last states.
     const elem_t* Vl = V + VBUF(T & 1) * BATCH_TILE * V_STRIDE;
-    if (T > 0) store_rows(h_base + (size_t)(T - 1) * unit_stride, Vl + o_block, 1, 0, ROWS, h_stride_b, 0, valid_b);
     store_rows(last_states + (size_t)b0 * unit_stride + (size_t)head * DH + o_block, Vl + o_block, 1, 0, ROWS,
                unit_stride, 0, valid_b);
     {

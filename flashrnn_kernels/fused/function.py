@@ -2,14 +2,15 @@
 
 Forward: one persistent launch over all T steps. In training it also saves, in fp32, the cell's per-gate values
 a_g [B, T, G, NH, DH] and the non-h states of every step [S-1, B, T+1, NH, DH] (index 0: the initial states).
-Backward: one persistent launch for the gate-gradient recurrence writes dgates in fp32 [B, T, G, NH, DH] (the
-gradient of Wx) and the initial states' gradients; dR and db are then whole-sequence GEMMs / sums in torch:
-dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T h_{t-1}[b, n] (in the input dtype, fp32 accumulation), db = sum dgates.
+Backward: one persistent launch for the gate-gradient recurrence writes dgates in the input dtype
+[B, T, G, NH, DH] (the gradient of Wx) and the initial states' gradients; dR and db are then whole-sequence GEMMs /
+sums in torch: dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T h_{t-1}[b, n], db = sum dgates (fp32 accumulation).
 """
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,6 +45,17 @@ def _kernel(found: KernelPlan) -> Any:
     return kernel
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """Everything a call needs besides its tensors, derived once per problem (plan properties are not free)."""
+
+    kernel: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    scratch_bytes: int
+
+
 def _allow_nonportable_cluster(kernel: Any) -> None:
     """Clusters above the portable size (8 on sm_90) need a per-function opt-in that CuPy does not wrap."""
     try:
@@ -59,15 +71,16 @@ def _allow_nonportable_cluster(kernel: Any) -> None:
         raise RuntimeError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed: {err}")
 
 
-def _plan_for(cell: str, h: Tensor, direction: str) -> KernelPlan:
+def _launch_for(cell: str, h: Tensor, direction: str) -> _Launch:
     B, _, NH, DH = h.shape
-    return _cached_plan(cell, B, NH, DH, h.dtype, h.device.index, direction)
+    return _cached_launch(cell, B, NH, DH, h.dtype, h.device.index, direction)
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, index: int, direction: str) -> KernelPlan:
-    """plan() keyed by plain values: skips hashing the problem and GPU model on every call."""
-    return plan(cell, B, NH, DH, dtype, gpu=_device_gpu(index), direction=direction)
+def _cached_launch(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, index: int, direction: str) -> _Launch:
+    """plan() and the compiled kernel keyed by plain values: no problem or GPU model is hashed per call."""
+    found = plan(cell, B, NH, DH, dtype, gpu=_device_gpu(index), direction=direction)
+    return _Launch(_kernel(found), found.grid(B), found.block, found.smem_bytes, found.scratch_bytes(B))
 
 
 def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -77,8 +90,8 @@ def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = Non
     return out
 
 
-def _scratch(found: KernelPlan, like: Tensor) -> Tensor | None:
-    size = found.scratch_bytes(like.shape[0])
+def _scratch(config: _Launch, like: Tensor) -> Tensor | None:
+    size = config.scratch_bytes
     return torch.empty(size, device=like.device, dtype=torch.uint8) if size else None
 
 
@@ -117,14 +130,13 @@ class FusedRNNFunction(torch.autograd.Function):
         S = states.shape[0]
         training = any(ctx.needs_input_grad[:4])
         h = _empty((B, T, NH, DH), Wx)
-        found = _plan_for(cell, h, "forward")
+        config = _launch_for(cell, h, "forward")
         last = _empty((S, B, NH, DH), Wx)
         gates_save = _empty((B, T, G, NH, DH), Wx, torch.float32) if training else None
         states_save = _empty((S - 1, B, T + 1, NH, DH), Wx, torch.float32) if training and S > 1 else None
-        launch(_kernel(found), found.grid(B), found.block,
-               (Wx, R, b, states, h, last, gates_save, states_save, _scratch(found, Wx), B, T),
-               shared_mem=found.smem_bytes,
-               device=Wx.device)
+        launch(config.kernel, config.grid, config.block,
+               (Wx, R, b, states, h, last, gates_save, states_save, _scratch(config, Wx), B, T),
+               shared_mem=config.smem_bytes, device=Wx.device)
         if training:
             ctx.save_for_backward(R, states, h, gates_save, states_save)
             ctx.cell = cell
@@ -136,17 +148,15 @@ class FusedRNNFunction(torch.autograd.Function):
         B, T, NH, DH = h.shape
         G, S = R.shape[0], states.shape[0]
         d_h, d_last = d_h.to(h.dtype).contiguous(), d_last.to(h.dtype).contiguous()
-        found = _plan_for(ctx.cell, h, "backward")
-        d_gates = _empty((B, T, G, NH, DH), h, torch.float32)
+        config = _launch_for(ctx.cell, h, "backward")
+        d_wx = _empty((B, T, G, NH, DH), h)
         d_states = _empty((S, B, NH, DH), h)
-        launch(_kernel(found), found.grid(B), found.block,
-               (R, states, h, gates_save, states_save, d_h, d_last, d_gates, d_states, _scratch(found, h), B, T),
-               shared_mem=found.smem_bytes, device=h.device)
-        d_wx = d_gates.to(h.dtype)
+        launch(config.kernel, config.grid, config.block,
+               (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h), B, T),
+               shared_mem=config.smem_bytes, device=h.device)
         h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
-        d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev) if h.dtype != torch.float32 else \
-            torch.einsum("btgno,btni->gnoi", d_gates, h_prev)
-        d_b = d_gates.sum(dim=(0, 1)).to(h.dtype)
+        d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
+        d_b = d_wx.sum(dim=(0, 1), dtype=torch.float32).to(h.dtype)
         return d_wx, d_r.to(h.dtype), d_b, d_states, None
 
 
