@@ -86,30 +86,30 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                 dy[k][n][e] = col < valid_b ? to_float(d_last[((size_t)(k * B + b0 + col) * NH + head) * DH + u]) : 0.f;
         }
 
-    const int f32_row_bytes = ROWS * 4, elem_row_bytes = ROWS * (int)sizeof(elem_t);
+    constexpr int F32_ROW = ROWS * 4, ELEM_ROW = ROWS * (int)sizeof(elem_t);  // bytes of one staged row
     const long long seq_b = (long long)T * unit_stride;  // elements between batches of h_out / d_h
     const size_t col0 = (size_t)head * DH + u_block;
     auto stage = [&](int t, int buf) {
         float* f = stage_f32 + buf * F32_TILE;
         elem_t* el = stage_elem + buf * 3 * ELEM_TILE;
-        stage_rows(f, gates_save + ((size_t)b0 * T + t) * G * unit_stride + col0, G, f32_row_bytes,
-                   seq_b * G * 4, unit_stride * 4, valid_b);
+        stage_rows<G, F32_ROW>(f, gates_save + ((size_t)b0 * T + t) * G * unit_stride + col0, seq_b * G * 4,
+                               unit_stride * 4, valid_b);
         const long long save_b = (long long)(T + 1) * unit_stride, save_k = (long long)B * save_b;
         const float* sv = states_save + (size_t)b0 * save_b + col0;
-        stage_rows(f + BATCH_TILE * G * ROWS, sv + (size_t)t * unit_stride, S - 1, f32_row_bytes, save_b * 4,
-                   save_k * 4, valid_b);
-        stage_rows(f + BATCH_TILE * (G + S - 1) * ROWS, sv + (size_t)(t + 1) * unit_stride, S - 1, f32_row_bytes,
-                   save_b * 4, save_k * 4, valid_b);
+        stage_rows<S - 1, F32_ROW>(f + BATCH_TILE * G * ROWS, sv + (size_t)t * unit_stride, save_b * 4, save_k * 4,
+                                   valid_b);
+        stage_rows<S - 1, F32_ROW>(f + BATCH_TILE * (G + S - 1) * ROWS, sv + (size_t)(t + 1) * unit_stride,
+                                   save_b * 4, save_k * 4, valid_b);
         if (t > 0)
-            stage_rows(el, h_out + (size_t)b0 * seq_b + (size_t)(t - 1) * unit_stride + col0, 1, elem_row_bytes,
-                       seq_b * sizeof(elem_t), 0, valid_b);
+            stage_rows<1, ELEM_ROW>(el, h_out + (size_t)b0 * seq_b + (size_t)(t - 1) * unit_stride + col0,
+                                    seq_b * sizeof(elem_t), 0, valid_b);
         else
-            stage_rows(el, states + (size_t)b0 * unit_stride + col0, 1, elem_row_bytes,
-                       unit_stride * sizeof(elem_t), 0, valid_b);
-        stage_rows(el + ELEM_TILE, h_out + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0, 1, elem_row_bytes,
-                   seq_b * sizeof(elem_t), 0, valid_b);
-        stage_rows(el + 2 * ELEM_TILE, d_h + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0, 1, elem_row_bytes,
-                   seq_b * sizeof(elem_t), 0, valid_b);
+            stage_rows<1, ELEM_ROW>(el, states + (size_t)b0 * unit_stride + col0, unit_stride * sizeof(elem_t), 0,
+                                    valid_b);
+        stage_rows<1, ELEM_ROW>(el + ELEM_TILE, h_out + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0,
+                                seq_b * sizeof(elem_t), 0, valid_b);
+        stage_rows<1, ELEM_ROW>(el + 2 * ELEM_TILE, d_h + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0,
+                                seq_b * sizeof(elem_t), 0, valid_b);
     };
     // Inputs of iteration `it` (step T-1-it) live in stage it % STAGES, staged STAGES-1 iterations ahead.
     auto stage_iteration = [&](int it) {

@@ -277,15 +277,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// dst[b][j][0:row_bytes] <- src + b*stride_b + j*stride_j (bytes), for b < BATCH_TILE; rows b >= valid_b are zero.
-__device__ __forceinline__ void stage_rows(void* dst, const void* src, int j_count, int row_bytes, long long stride_b,
-                                           long long stride_j, int valid_b) {
-    const int chunks = row_bytes / 16, per_b = j_count * chunks;
-    for (int i = threadIdx.x; i < BATCH_TILE * per_b; i += THREADS) {
-        const int b = i / per_b, rest = i - b * per_b, j = rest / chunks, c = rest - j * chunks;
+// dst[b][j][0:ROW_BYTES] <- src + b*stride_b + j*stride_j (bytes), for b < BATCH_TILE; rows b >= valid_b are zero.
+// The sizes are compile-time so that the loop unrolls into straight-line address arithmetic (it runs every step).
+template <int J_COUNT, int ROW_BYTES>
+__device__ __forceinline__ void stage_rows(void* dst, const void* src, long long stride_b, long long stride_j,
+                                           int valid_b) {
+    static_assert(ROW_BYTES % 16 == 0, "staged rows are whole 16-byte chunks");
+    constexpr int CHUNKS = ROW_BYTES / 16, PER_B = J_COUNT * CHUNKS > 0 ? J_COUNT * CHUNKS : 1;
+    constexpr int TOTAL = BATCH_TILE * J_COUNT * CHUNKS;
+#pragma unroll
+    for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
+        const int i = i0 + (int)threadIdx.x;
+        if (TOTAL % THREADS != 0 && i >= TOTAL) break;
+        const int b = i / PER_B, rest = i - b * PER_B, j = rest / CHUNKS, c = rest - j * CHUNKS;
         const bool valid = b < valid_b;
         const char* s = static_cast<const char*>(src) + (valid ? b * stride_b + j * stride_j + c * 16 : 0);
-        cp_async16(static_cast<char*>(dst) + (b * j_count + j) * row_bytes + c * 16, s, valid);
+        cp_async16(static_cast<char*>(dst) + (b * J_COUNT + j) * ROW_BYTES + c * 16, s, valid);
     }
 }
 

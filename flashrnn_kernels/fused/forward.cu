@@ -92,14 +92,14 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     }
 
     const long long wx_stride_b = (long long)T * G * unit_stride * sizeof(elem_t);
-    const int wx_row_bytes = ROWS * (int)sizeof(elem_t);
+    constexpr int WX_ROW_BYTES = ROWS * (int)sizeof(elem_t);
     const elem_t* wx_base = Wx + ((size_t)b0 * T * G) * unit_stride + (size_t)head * DH + o_block;
     constexpr int WX_TILE = BATCH_TILE * G * ROWS;
     // Wx of step t lives in stage t % STAGES; steps are staged STAGES-1 ahead (one commit group per step).
     auto stage_wx = [&](int t) {
         if (t < T)
-            stage_rows(wx_stage + (t % STAGES) * WX_TILE, wx_base + (size_t)t * G * unit_stride, G, wx_row_bytes,
-                       wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
+            stage_rows<G, WX_ROW_BYTES>(wx_stage + (t % STAGES) * WX_TILE, wx_base + (size_t)t * G * unit_stride,
+                                        wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
         cp_async_commit();
     };
 #pragma unroll 1
