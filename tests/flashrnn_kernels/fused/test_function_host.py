@@ -1,0 +1,77 @@
+"""The autograd wrapper's host path without a GPU: kernels and launches are recorded instead of run.
+
+Checks that a call's launch record (grid, block, shared memory, scratch) is the plan's, that it is derived once
+per problem, and that the backward returns gradients of the inputs' shapes and dtype (the backward kernel writes
+the Wx gradient in the input dtype).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrnn_kernels.fused import function
+from flashrnn_kernels.fused.plan import plan
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    launches: list[dict] = []
+    compiled: list[str] = []
+
+    def fake_kernel(source, name, dynamic_smem=0):
+        compiled.append(name)
+        return ("kernel", name, dynamic_smem)
+
+    def fake_launch(kernel, grid, block, args, shared_mem=0, device=None):
+        launches.append({"kernel": kernel, "grid": grid, "block": block, "args": args, "smem": shared_mem})
+
+    monkeypatch.setattr(function, "get_kernel", fake_kernel)
+    monkeypatch.setattr(function, "launch", fake_launch)
+    monkeypatch.setattr(function, "_device_gpu", lambda index: "H200")
+    monkeypatch.setattr(function, "_allow_nonportable_cluster", lambda kernel: compiled.append("cluster opt-in"))
+    function._cached_launch.cache_clear()
+    function._kernel.cache_clear()
+    yield launches, compiled
+    function._cached_launch.cache_clear()
+    function._kernel.cache_clear()
+
+
+def _inputs(B, T, NH, DH, dtype, grad):
+    shapes = [(B, T, 4, NH, DH), (4, NH, DH, DH), (4, NH, DH), (2, B, NH, DH)]
+    return [torch.randn(s, dtype=torch.float32).to(dtype).requires_grad_(grad) for s in shapes]
+
+
+@pytest.mark.parametrize("B,NH,DH", [(16, 12, 64), (3, 1, 768), (17, 48, 16)])
+def test_launch_record_matches_plan(recorded, B, NH, DH):
+    launches, compiled = recorded
+    Wx, R, b, states = _inputs(B, 5, NH, DH, torch.bfloat16, grad=False)
+    for _ in range(3):
+        function.FusedRNNFunction.apply(Wx, R, b, states, "lstm")
+    expected = plan("lstm", B, NH, DH, torch.bfloat16, gpu="H200", direction="forward")
+    opt_in = ["cluster opt-in"] if expected.nonportable_cluster else []
+    assert compiled == ["flashrnn_fused_forward", *opt_in]
+    assert len(launches) == 3
+    first = launches[0]
+    assert first["grid"] == expected.grid(B) and first["block"] == expected.block
+    assert first["smem"] == expected.smem_bytes
+    scratch = first["args"][8]
+    assert (scratch is None) == (expected.scratch_bytes(B) == 0)
+    if scratch is not None:
+        assert scratch.numel() == expected.scratch_bytes(B)
+    assert first["args"][6] is None and first["args"][7] is None  # nothing saved without gradients
+    assert function._cached_launch.cache_info().misses == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_backward_gradients_have_input_shapes_and_dtype(recorded, dtype):
+    launches, compiled = recorded
+    B, T, NH, DH = 4, 6, 2, 32
+    inputs = _inputs(B, T, NH, DH, dtype, grad=True)
+    h, last = function.FusedRNNFunction.apply(*inputs, "lstm")
+    assert launches[0]["args"][6].dtype == torch.float32  # saved gate values stay fp32
+    (h.float().sum() + last.float().sum()).backward()
+    assert compiled == ["flashrnn_fused_forward", "flashrnn_fused_backward"]
+    d_wx = launches[1]["args"][7]
+    assert d_wx.dtype == dtype and d_wx.shape == (B, T, 4, NH, DH)
+    for t in inputs:
+        assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == dtype
