@@ -13,11 +13,6 @@
 //   states_save fp32 [S-1, B, T+1, NH, DH]   d_h [B, T, NH, DH] (gradient of h_out)
 //   d_last [S, B, NH, DH] (gradient of the last states)
 //   d_gates [B, T, G, NH, DH] (gradient of the pre-activations = of Wx, in the input dtype)   d_states [S, B, NH, DH]
-#if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
-    !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
-#error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
-#endif
 
 #define K_DIM (GATES * HEAD_DIM)
 #include "fused/engine.cuh"
@@ -34,15 +29,7 @@ static_assert(M_TILES == 1, "backward: a warp owns one 16-row tile of R^T");
 #define SM_ELEM (SM_F32 + STAGES * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
 #define SM_RED (SM_ELEM + STAGES * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
 #define SM_TOTAL (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
-#define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)
-static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
-
-#if CLUSTER_BLOCKS > 1
-#define CLUSTER_ATTRIBUTE __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
-#else
-#define CLUSTER_ATTRIBUTE
-#endif
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__ states,

@@ -15,6 +15,12 @@
 // RecurrentA::load a functor a_value(m_tile, row, k) reading its view of R.
 #pragma once
 
+#if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
+    !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+#error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
+#endif
+
 #include "cells/ops.cuh"
 
 typedef unsigned int u32;
@@ -34,6 +40,12 @@ typedef float elem_t;
 #define ROWS_PER_BLOCK (16 * WARPS_M)
 #define K_TILES_PER_WARP (K_DIM / K_TILE / WARPS_K)
 #define SMEM_K_TILES (K_TILES_PER_WARP - REG_K_TILES - GLOBAL_K_TILES)
+#define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)  // which step-vector buffer: two alternate, one is reused
+#if CLUSTER_BLOCKS > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
 // V rows are padded by 16 bytes: ldmatrix rows and tf32 fragment words then fall in distinct banks.
 #define V_STRIDE (K_DIM + 16 / (int)sizeof(elem_t))
 
@@ -48,6 +60,7 @@ static_assert(BATCH_TILE % 8 == 0, "BATCH_TILE must be a multiple of the mma n=8
 static_assert(HEAD_DIM == CLUSTER_BLOCKS * ROWS_PER_BLOCK, "rows must split evenly over the cluster");
 static_assert(THREADS == PLAN_THREADS, "thread count differs from the plan");
 static_assert(STAGES >= 2, "per-step inputs are staged at least one step ahead");
+static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 
 #if defined(DTYPE_FP32)
 #define A_REGS 8  // tf32 hi[0..3] and lo[4..7] of the four A elements a lane holds

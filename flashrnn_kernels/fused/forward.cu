@@ -13,11 +13,6 @@
 //   h_out [B, T, NH, DH]   last_states [S, B, NH, DH]
 //   gates_save fp32 [B, T, G, NH, DH] and states_save fp32 [S-1, B, T+1, NH, DH] (index 0: initial states):
 //   what the backward pass reads; both null for inference.
-#if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
-    !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
-#error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
-#endif
 
 #define K_DIM HEAD_DIM
 #include "fused/engine.cuh"
@@ -30,15 +25,7 @@ static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden
 #define SM_WX (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
 #define SM_RED (SM_WX + STAGES * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
 #define SM_TOTAL (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
-#define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)
-static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
-
-#if CLUSTER_BLOCKS > 1
-#define CLUSTER_ATTRIBUTE __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
-#else
-#define CLUSTER_ATTRIBUTE
-#endif
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
