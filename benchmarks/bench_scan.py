@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -28,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import plot, time_cuda, write_results  # noqa: E402
+from benchmarks.common import plot, time_cuda, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
 from flashrnn_kernels.scan.plan import register_cap, register_need  # noqa: E402
@@ -163,20 +161,11 @@ def bench_cell(cell, shape, dname, copy_bw, cpu):
     if cpu and T <= SEQUENTIAL_MAX_T:
         cpu_inputs = [t.detach().float().cpu() for t in inputs]
         with torch.no_grad():
-            ms = _host_ms(lambda: loop(*cpu_inputs))
+            ms = time_host(lambda: loop(*cpu_inputs))
         rows.append(_row(cell, "sequential loop (CPU)", shape, dname, ms, moved["forward"], copy_bw,
                          pass_="forward"))
     del inputs, dy
     return rows
-
-
-def _host_ms(fn, repeat=3) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def judge(rows):

@@ -55,6 +55,11 @@ def time_cuda(fn: Callable[[], Any], *, warmup: int = 10, repeat: int = 50) -> f
             pairs.append((start, end))
         torch.cuda.synchronize()
         return statistics.median(start.elapsed_time(end) for start, end in pairs)
+    return time_host(fn, repeat=repeat)
+
+
+def time_host(fn: Callable[[], Any], *, repeat: int = 3) -> float:
+    """Median wall-clock milliseconds of ``repeat`` calls of ``fn()`` (host work, no warm-up)."""
     times = []
     for _ in range(repeat):
         begin = time.perf_counter()
