@@ -135,14 +135,23 @@ def _quotient_bounds(zlo: int, zhi: int, ylo: int, yhi: int) -> tuple[int, int]:
     return min(-((-p) // q) for p, q in c), max(p // q for p, q in c)
 
 
-class Times:
-    """z = x * y."""
+class _Binary:
+    """Shared state of the propagators of z = x (op) y over store indices x, y, z."""
 
-    __slots__ = ("x", "y", "z", "vars", "done")
+    __slots__ = ("x", "y", "z", "vars")
 
     def __init__(self, x: int, y: int, z: int) -> None:
         self.x, self.y, self.z = x, y, z
         self.vars = (x, y, z)
+
+
+class Times(_Binary):
+    """z = x * y."""
+
+    __slots__ = ("done",)
+
+    def __init__(self, x: int, y: int, z: int) -> None:
+        super().__init__(x, y, z)
         self.done: tuple | None = None  # (v, m_u, r_u, m_z, r_z) after the last congruence step
 
     def propagate(self, s: Store) -> None:
@@ -217,14 +226,10 @@ def _signed_divisors(n: int, lo: int, hi: int) -> list[int]:
     return out
 
 
-class FloorDiv:
+class FloorDiv(_Binary):
     """z = x // y (y != 0)."""
 
-    __slots__ = ("x", "y", "z", "vars")
-
-    def __init__(self, x: int, y: int, z: int) -> None:
-        self.x, self.y, self.z = x, y, z
-        self.vars = (x, y, z)
+    __slots__ = ()
 
     def propagate(self, s: Store) -> None:
         lo, hi = s.lo, s.hi
@@ -251,14 +256,10 @@ class FloorDiv:
                 s.fix(z, lo[x] // b)
 
 
-class Mod:
+class Mod(_Binary):
     """z = x % y (y != 0), Python's sign convention: z has the sign of y."""
 
-    __slots__ = ("x", "y", "z", "vars")
-
-    def __init__(self, x: int, y: int, z: int) -> None:
-        self.x, self.y, self.z = x, y, z
-        self.vars = (x, y, z)
+    __slots__ = ()
 
     def propagate(self, s: Store) -> None:
         lo, hi = s.lo, s.hi
