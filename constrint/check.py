@@ -16,15 +16,27 @@ Predicate = Callable[[Sequence[int]], bool]
 INT64_SAFE = 1 << 62
 
 
-def _source(e: Operand) -> str:
-    """Python source of e over `v` (the values); x // 0 and x % 0 raise ZeroDivisionError natively."""
-    if isinstance(e, int):
-        return f"({e!r})"
-    if isinstance(e, IntVar):
-        return f"v[{e.index}]"
-    if isinstance(e, Neg):
-        return f"(-{_source(e.a)})"
-    return f"({_source(e.a)} {e.op} {_source(e.b)})"  # type: ignore[attr-defined]
+class ExprSource:
+    """Python source of expressions over `v` (the values); x // 0 and x % 0 raise ZeroDivisionError natively.
+
+    Subclasses change how a divisor of // and % is written (`divisor`)."""
+
+    def divisor(self, e: Operand) -> str:
+        return self.expr(e)
+
+    def expr(self, e: Operand) -> str:
+        if isinstance(e, int):
+            return f"({e!r})"
+        if isinstance(e, IntVar):
+            return f"v[{e.index}]"
+        if isinstance(e, Neg):
+            return f"(-{self.expr(e.a)})"
+        op = e.op  # type: ignore[attr-defined]
+        b = self.divisor(e.b) if op in ("//", "%") else self.expr(e.b)  # type: ignore[attr-defined]
+        return f"({self.expr(e.a)} {op} {b})"  # type: ignore[attr-defined]
+
+
+_source = ExprSource().expr
 
 
 def _body(c: Constraint, helpers: list) -> str:

@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .check import int64_interval
+from .check import ExprSource, int64_interval
 from .constraints import AllDifferent, AnyOf, Compare, Constraint, Divides
-from .expr import IntVar, Neg, Operand
+from .expr import Operand
 
 BlockCheck = Callable[[list], Any]
 
@@ -32,7 +32,7 @@ def _nonzero(d: Any, bad: list) -> Any:
     return np.where(zero, 1, d)
 
 
-class _Source:
+class _Source(ExprSource):
     """Numpy source of expressions over `v`, testing only the divisors that may be 0 within [lo, hi]."""
 
     def __init__(self, lo: list[int], hi: list[int]) -> None:
@@ -45,17 +45,6 @@ class _Source:
             return self.expr(e)
         self.tests_zero = True
         return f"_nonzero({self.expr(e)}, bad)"
-
-    def expr(self, e: Operand) -> str:
-        if isinstance(e, int):
-            return f"({e!r})"
-        if isinstance(e, IntVar):
-            return f"v[{e.index}]"
-        if isinstance(e, Neg):
-            return f"(-{self.expr(e.a)})"
-        op = e.op  # type: ignore[attr-defined]
-        b = self.divisor(e.b) if op in ("//", "%") else self.expr(e.b)  # type: ignore[attr-defined]
-        return f"({self.expr(e.a)} {op} {b})"  # type: ignore[attr-defined]
 
 
 def _function(name: str, body: str, src: _Source) -> str:
