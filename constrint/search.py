@@ -151,7 +151,7 @@ class Search:
             obj, sense, _ = self.objective
             self.objective_limit = s.lo[obj] if sense == MIN else s.hi[obj]
         stack: list[tuple[int, int, int, str]] = []
-        lo, hi = s.lo, s.hi
+        lo = s.lo
         while True:
             rows = self._block() if self.block_rows else None
             var, direction = (-1, MIN) if rows is not None else self._choose()
