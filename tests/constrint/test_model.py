@@ -1,7 +1,6 @@
 """Model: classic counts, brute-force agreement on random models, preferences, optimisation, errors."""
 from __future__ import annotations
 
-import itertools
 
 import pytest
 from hypothesis import HealthCheck, given, settings
