@@ -7,11 +7,12 @@
 #   gpu_tests.log     python3 -m pytest -q -m gpu tests -rs
 #   sanitize.log      compute-sanitizer memcheck and racecheck on benchmarks/sanitize_case.py
 #   bench_fused.log   benchmarks/bench_fused.py, shapes section (bench_sweeps.log: batch and length sweeps)
+#   host_overhead.log benchmarks/host_overhead.py (host time per call, cProfile)
 #   bench_scan.log    benchmarks/bench_scan.py, when it exists
 #   results.tar.gz    every results file (CSV, markdown, PNG); unpack into benchmarks/results/
 #
 # Environment:
-#   STAGES           which stages, in order (default "info tests sanitize fused sweeps scan")
+#   STAGES           which stages, in order (default "info tests sanitize host fused sweeps scan")
 #   FUSED_ARGS       extra arguments for bench_fused.py (e.g. "--quick", "--flashrnn-shapes none")
 #   SCAN_ARGS        extra arguments for bench_scan.py
 #   SANITIZE_TOOLS   compute-sanitizer tools (default "memcheck racecheck"; synccheck, initcheck also exist)
@@ -29,7 +30,7 @@ mkdir -p "$OUT"
 LOG="$OUT/run_gpu.log"
 
 PYTHON=${PYTHON:-python3}
-STAGES=${STAGES:-"info tests sanitize fused sweeps scan"}
+STAGES=${STAGES:-"info tests sanitize host fused sweeps scan"}
 export BENCH_RESULTS_DIR=${BENCH_RESULTS_DIR:-/tmp/bench_results}
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -143,6 +144,9 @@ EOF
                 "$PYTHON" benchmarks/bench_fused.py --sections batch,length --budget-s $((limit - 90)) ${FUSED_ARGS:-}
             pack_results
             ;;
+        host)
+            run_stage host "$OUT/host_overhead.log" "${HOST_TIMEOUT:-180}" "$PYTHON" benchmarks/host_overhead.py
+            ;;
         scan)
             if [ -f benchmarks/bench_scan.py ]; then
                 # shellcheck disable=SC2086
@@ -155,7 +159,7 @@ EOF
             fi
             ;;
         *)
-            header "unknown stage '$stage' (known: info tests sanitize fused sweeps scan)"
+            header "unknown stage '$stage' (known: info tests sanitize host fused sweeps scan)"
             SUMMARY+=("$stage=unknown")
             ;;
         esac

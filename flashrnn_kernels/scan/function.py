@@ -119,16 +119,17 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     d_tiles, chunks = p.d_tiles(D), p.chunks(T)
     lanes = B * d_tiles
+    tickets = lanes * chunks
     stream = torch.cuda.current_stream(x.device)
-    multi = chunks > 1
-    flags, maps, epoch = _workspace(stream, lanes * chunks * p.tile if multi else 0,
-                                    lanes * chunks * p.tile if multi else 1)
+    chained = tickets if chunks > 1 else 0
+    flags, maps, epoch = _workspace(stream, chained, chained * p.tile or 1)
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    launch(_kernel(p), (lanes * chunks,), (p.threads_d, p.threads_t),
+    blocks = min(tickets, p.min_blocks * _device_gpu(x.device.index or 0).sm_count)
+    launch(_kernel(p), (blocks,), (p.threads_d, p.threads_t),
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, flags,
             T, D, d_tiles, lanes, chunks, epoch), stream=stream)
     return (*outs, grad_h0) if backward else outs
