@@ -13,8 +13,8 @@ import pstats
 import time
 
 import torch
-
 from common import machine_line, results_dir, time_cuda, write_results
+
 from flashrnn_kernels import flashrnn, linear_scan
 
 CALLS = 2000

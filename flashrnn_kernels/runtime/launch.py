@@ -1,7 +1,8 @@
 """Launch compiled kernels on PyTorch's current CUDA stream with torch tensors as arguments (no copies)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch

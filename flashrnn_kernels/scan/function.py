@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 
-import hwmodels
 import torch
+
+import hwmodels
 
 from ..runtime.compile import get_kernel
 from ..runtime.launch import launch
@@ -28,7 +29,7 @@ EPOCH_LIMIT = 1 << 29
 _plans: dict[tuple, ScanPlan] = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_gpu(index: int) -> hwmodels.GPUModel:
     return hwmodels.detect(index)
 
@@ -44,7 +45,7 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel(p: ScanPlan):
     return get_kernel(p.source(), KERNEL_NAME)
 
