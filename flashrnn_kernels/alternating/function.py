@@ -1,0 +1,81 @@
+"""flashrnn_alternating: per step one cuBLAS GEMM (R h, block-diagonal over heads) and one pointwise kernel, the
+whole sequence replayed from a CUDA graph (alternating/runner.py), as an autograd.Function.
+
+For hidden sizes whose R cannot stay on chip (e.g. one head of 2048 or 4096), where the fused kernel has no
+tiling: R is read from L2 or HBM every step, as cuDNN does at these sizes.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..cells import get_cell
+from ..fused.problem import dtype_name
+from .runner import POOL, Key, Lease, Runner
+
+POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
+"""Fill every buffer the steps write with NaN before each run (tests use it to prove that every element is
+written)."""
+
+
+def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
+    """The preconditions of the runner (the front end `flashrnn` validates in full)."""
+    spec = get_cell(cell)
+    G, S = spec.gate_count, spec.state_count
+    if Wx.dim() != 5:
+        raise ValueError(f"Wx must be [B, T, G, NH, DH], got shape {tuple(Wx.shape)}")
+    B, T, _, NH, DH = Wx.shape
+    expected = {"Wx": (B, T, G, NH, DH), "R": (G, NH, DH, DH), "b": (G, NH, DH), "states": (S, B, NH, DH)}
+    for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
+        if tuple(t.shape) != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} for cell {cell!r}, got {tuple(t.shape)}")
+        if not t.is_cuda or t.device != Wx.device:
+            raise ValueError(f"{name} must be a CUDA tensor on {Wx.device}, got {t.device}")
+        if t.dtype != Wx.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype}; all inputs must share Wx's dtype {Wx.dtype}")
+    dtype_name(Wx.dtype)
+    if min(B, T, NH, DH) < 1:
+        raise ValueError(f"Wx [B, T, G, NH, DH] needs every extent >= 1, got {tuple(Wx.shape)}")
+
+
+class AlternatingRNNFunction(torch.autograd.Function):
+    """Autograd wrapper of the alternating forward and backward graphs."""
+
+    @staticmethod
+    def forward(ctx: Any, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
+        B, T, _, NH, DH = Wx.shape
+        training = any(ctx.needs_input_grad[:4])
+        runner = POOL.acquire(Key(cell, B, T, NH, DH, Wx.dtype, Wx.device.index, training))
+        h, last = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS)
+        if training:
+            ctx.runner = runner
+            ctx.lease = Lease(runner)
+        return h, last
+
+    @staticmethod
+    def backward(ctx: Any, d_h: Tensor, d_last: Tensor) -> tuple[Tensor | None, ...]:
+        runner: Runner = ctx.runner
+        if runner.generation != ctx.lease.generation:
+            raise RuntimeError(
+                "the alternating backend's saved values of this forward were reused by a later forward after a "
+                "first backward (retain_graph=True); run the second backward before the next forward"
+            )
+        dtype = runner.key.dtype
+        grads = runner.backward(d_h.to(dtype), d_last.to(dtype), poison=POISON_OUTPUTS)
+        ctx.lease.release()
+        return (*grads, None)
+
+
+def flashrnn_alternating(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str = "lstm") -> tuple[Tensor, Tensor]:
+    """Run `cell` over the sequence with the alternating backend (per step a cuBLAS GEMM and a pointwise kernel).
+
+    Wx [B, T, G, NH, DH], R [G, NH, DH, DH] (gate, head, out, in), b [G, NH, DH], states [S, B, NH, DH] (CUDA,
+    one dtype of bf16/fp16/fp32; any strides). Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the
+    input dtype; differentiable with respect to all four inputs. Any head_dim and cell of `cells.CELLS`.
+    """
+    name = get_cell(cell).name
+    _check(Wx, R, b, states, name)
+    return AlternatingRNNFunction.apply(Wx, R, b, states, name)
