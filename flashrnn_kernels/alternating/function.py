@@ -48,7 +48,8 @@ class AlternatingRNNFunction(torch.autograd.Function):
     def forward(ctx: Any, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
         B, T, _, NH, DH = Wx.shape
         training = any(ctx.needs_input_grad[:4])
-        runner = POOL.acquire(Key(cell, B, T, NH, DH, Wx.dtype, Wx.device.index, training))
+        tf32 = Wx.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+        runner = POOL.acquire(Key(cell, B, T, NH, DH, Wx.dtype, Wx.device.index, training, tf32))
         h, last = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS)
         if training:
             ctx.runner = runner

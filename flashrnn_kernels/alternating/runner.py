@@ -16,7 +16,8 @@ forward that finds every runner of its key leased builds another one.
 
 Precision (as the fused kernel): GEMM outputs, gate values and non-h states in fp32; h in the storage dtype
 (it is the next step's GEMM operand); the backward's dx in the storage dtype (the GEMM operand and dWx).
-fp32 GEMMs follow torch.backends.cuda.matmul.allow_tf32 as it is when the graph is captured (default: off).
+fp32 GEMMs follow torch.backends.cuda.matmul.allow_tf32 (default: off); the setting is part of the Key, since a
+graph keeps the GEMM kernels chosen at capture.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class Key:
     dtype: torch.dtype
     device: int
     training: bool
+    tf32: bool  # fp32 GEMMs on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32 when fp32, else False)
 
 
 @functools.lru_cache(maxsize=64)
@@ -85,8 +87,8 @@ class Runner:
         if B * NH * DH >= 2**31:
             raise ValueError(f"B * NH * DH = {B * NH * DH} elements per step exceed 2^31; split the batch")
         dev = torch.device("cuda", key.device)
-        e = dict(device=dev, dtype=key.dtype)
-        f = dict(device=dev, dtype=torch.float32)
+        e = {"device": dev, "dtype": key.dtype}
+        f = {"device": dev, "dtype": torch.float32}
         self.kernel_forward, self.kernel_backward = _kernels(key.cell, key.dtype, key.device)
         self.grid = (-(-B * NH * DH // THREADS), 1, 1)
         self.wx = torch.empty(B, T, G, NH, DH, **e)
@@ -140,7 +142,7 @@ class Runner:
         self.r.view(self.key.num_heads, self.G, self.key.head_dim, self.key.head_dim).copy_(R.transpose(0, 1))
         self.bias.copy_(b)
         self.states.copy_(states)
-        self.forward_graph = _run_or_capture(self.forward_graph, self._forward_steps)
+        self.forward_graph = _run_or_capture(self.forward_graph, self._forward_steps, self.key.tf32)
         self.generation += 1
         h, last = self.h.clone(), self.last.clone()
         self.done.record()
@@ -150,8 +152,8 @@ class Runner:
 
     def _allocate_backward(self) -> None:
         B, T, NH, DH = self.key.batch, self.key.steps, self.key.num_heads, self.key.head_dim
-        e = dict(device=self.h.device, dtype=self.key.dtype)
-        f = dict(device=self.h.device, dtype=torch.float32)
+        e = {"device": self.h.device, "dtype": self.key.dtype}
+        f = {"device": self.h.device, "dtype": torch.float32}
         self.d_h = torch.empty(B, T, NH, DH, **e)
         self.d_last = torch.empty(self.S, B, NH, DH, **e)
         self.h_prev = torch.empty(B, T, NH, DH, **e)
@@ -164,7 +166,7 @@ class Runner:
 
     def _backward_steps(self) -> None:
         B, T, NH, DH = self.key.batch, self.key.steps, self.key.num_heads, self.key.head_dim
-        U, S, G = NH * DH, self.S, self.G
+        U, G = NH * DH, self.G
         self.h_prev[:, 0].copy_(self.states[0])
         if T > 1:
             self.h_prev[:, 1:].copy_(self.h[:, :-1])
@@ -197,7 +199,7 @@ class Runner:
             _poison(self.h_prev, self.ds, self.dh_rec, self.dpre, self.d_states, self.dr, self.db)
         self.d_h.copy_(d_h)
         self.d_last.copy_(d_last)
-        self.backward_graph = _run_or_capture(self.backward_graph, self._backward_steps)
+        self.backward_graph = _run_or_capture(self.backward_graph, self._backward_steps, self.key.tf32)
         B, T, NH, DH, G, dtype = *self.h.shape[:2], self.key.num_heads, self.key.head_dim, self.G, self.key.dtype
         d_wx = _copy(self.dpre.view(NH, B, T, G, DH).permute(1, 2, 3, 0, 4), dtype)
         d_r = _copy(self.dr.view(NH, G, DH, DH).transpose(0, 1), dtype)
@@ -220,19 +222,25 @@ def _copy(view: Tensor, dtype: torch.dtype) -> Tensor:
     return out
 
 
-def _run_or_capture(graph: torch.cuda.CUDAGraph | None, steps) -> torch.cuda.CUDAGraph:
-    """Replay `graph`; the first time (None) run `steps` eagerly (warm-up, and this call's result), then capture."""
+def _run_or_capture(graph: torch.cuda.CUDAGraph | None, steps, tf32: bool) -> torch.cuda.CUDAGraph:
+    """Replay `graph`; the first time (None) run `steps` eagerly (warm-up, and this call's result), then capture,
+    both with TF32 fp32 GEMMs allowed exactly when `tf32` (the Key's setting, whatever the global one is now)."""
     if graph is not None:
         graph.replay()
         return graph
-    steps()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.current_stream()
-    side = torch.cuda.Stream()
-    side.wait_stream(stream)
-    with torch.cuda.graph(graph, stream=side):
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
         steps()
-    stream.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(stream)
+        with torch.cuda.graph(graph, stream=side):
+            steps()
+        stream.wait_stream(side)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
     return graph
 
 

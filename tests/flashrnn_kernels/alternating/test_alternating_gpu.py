@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashrnn_kernels.alternating import clear_graphs, flashrnn_alternating, function, runner
+from flashrnn_kernels.alternating import (
+    clear_graphs,
+    flashrnn_alternating,
+    function,
+    runner,
+)
 from flashrnn_kernels.cells import CELLS, get_cell
 from flashrnn_kernels.fused.reference import flashrnn_reference
 from tests.tolerances import TOLERANCES, relative_error
@@ -87,17 +92,29 @@ def test_graph_is_replayed_for_new_inputs_and_results_are_not_aliased():
     clear_graphs()
     first = make_inputs("lstm", 4, 16, 2, 64, torch.float32)
     second = make_inputs("lstm", 4, 16, 2, 64, torch.float32)
-    h1, last1 = flashrnn_alternating(*first, "lstm")
-    key = runner.Key("lstm", 4, 16, 2, 64, torch.float32, torch.cuda.current_device(), False)
+    h1, _ = flashrnn_alternating(*first, "lstm")
+    key = runner.Key("lstm", 4, 16, 2, 64, torch.float32, torch.cuda.current_device(), False, False)
     (used,) = runner.POOL.runners[key]
     graph = used.forward_graph
     h1_copy = h1.clone()
-    h2, last2 = flashrnn_alternating(*second, "lstm")  # replay of the captured graph
+    h2, _ = flashrnn_alternating(*second, "lstm")  # replay of the captured graph
     assert runner.POOL.runners[key] == [used] and used.forward_graph is graph
     assert torch.equal(h1, h1_copy), "a replay overwrote an earlier call's output"
     for got, inputs in ((h2, second), (h1, first)):
         ref, _ = flashrnn_reference(*[t.double() for t in inputs], "lstm")
         assert relative_error(got, ref) <= TOLERANCES[torch.float32]["rel"]
+
+
+def test_tf32_setting_gets_its_own_graph(monkeypatch):
+    inputs = make_inputs("elman", 4, 8, 1, 256, torch.float32)
+    strict, _ = flashrnn_alternating(*inputs, "elman")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    fast, _ = flashrnn_alternating(*inputs, "elman")
+    keys = {key for key in runner.POOL.runners if key.cell == "elman" and key.head_dim == 256}
+    assert {key.tf32 for key in keys} == {False, True}
+    ref, _ = flashrnn_reference(*[t.double() for t in inputs], "elman")
+    assert relative_error(strict, ref) <= TOLERANCES[torch.float32]["rel"]
+    assert relative_error(fast, ref) <= 1e-2  # TF32 keeps a 10-bit mantissa
 
 
 def test_two_shapes_and_repeated_training_steps():
