@@ -1,5 +1,5 @@
-"""Every distinct rendered source of a representative plan set compiles with nvcc for sm_80 and sm_90, without
-spills, within the plan's register budget and shared-memory size (ptxas -v)."""
+"""Every distinct rendered source of a representative plan set, for every cell, compiles with nvcc for sm_80 and
+sm_90, without spills, within the plan's register budget and shared-memory size (ptxas -v)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused import plan as plan_module
 from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
 from flashrnn_kernels.runtime.codegen import render
@@ -34,13 +35,14 @@ CASES = [  # (batch, heads, head_dim, dtype, direction)
 def _plans() -> list[KernelPlan]:
     saved = dict(plan_module._memory)
     found = {}
-    for arch, gpu in GPUS.items():
-        for batch, heads, head_dim, dtype, direction in CASES:
-            try:
-                p = plan("lstm", batch, heads, head_dim, dtype, gpu=gpu, direction=direction)
-            except PlanError:
-                continue
-            found[hashlib.sha256((render(p) + arch).encode()).hexdigest()] = p
+    for cell in CELLS:
+        for arch, gpu in GPUS.items():
+            for batch, heads, head_dim, dtype, direction in CASES:
+                try:
+                    p = plan(cell, batch, heads, head_dim, dtype, gpu=gpu, direction=direction)
+                except PlanError:
+                    continue
+                found[hashlib.sha256((render(p) + arch).encode()).hexdigest()] = p
     plan_module._memory.clear()
     plan_module._memory.update(saved)
     return list(found.values())
@@ -59,14 +61,17 @@ def _compile(p: KernelPlan, directory: Path) -> tuple[KernelPlan, str, int]:
 def test_generated_sources_compile_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHRNN_CACHE_DIR", str(tmp_path))
     plans = _plans()
-    assert {p.arch for p in plans} == {"sm_80", "sm_90"} and len(plans) >= 12
+    assert {p.arch for p in plans} == {"sm_80", "sm_90"} and len(plans) >= 12 * len(CELLS)
+    for cell in CELLS:
+        assert {(p.arch, p.direction) for p in plans if p.cell == cell} == {
+            (arch, direction) for arch in GPUS for direction in ("forward", "backward")}
     assert any(p.cluster_blocks > 1 for p in plans) and any(p.warps_k > 1 for p in plans)
     assert any(p.smem_k_tiles > 0 for p in plans) and any(p.global_k_tiles > 0 for p in plans)
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(lambda p: _compile(p, tmp_path), plans))
     problems = []
     for p, log, rc in results:
-        where = f"{p.direction} {p.dtype} DH={p.head_dim} {p.arch} (plan {p})"
+        where = f"{p.cell} {p.direction} {p.dtype} DH={p.head_dim} {p.arch} (plan {p})"
         if rc != 0:
             problems.append(f"{where}: nvcc failed\n{log}")
             continue

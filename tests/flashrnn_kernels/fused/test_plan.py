@@ -5,15 +5,17 @@ import dataclasses
 import json
 import time
 
-import hwmodels
 import pytest
 
+import hwmodels
+from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused import plan as plan_module
 from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
 from flashrnn_kernels.fused.problem import HEAD_DIMS
 
 FUSED_GPUS = [name for name in hwmodels.available() if hwmodels.load(name).compute_capability >= (8, 0)]
 SHAPES = [(1, 48, 16), (17, 6, 128), (64, 3, 256), (256, 2, 512), (16, 1, 768), (256, 48, 16)]
+BENCH_SHAPES = [(16, 48), (32, 24), (64, 12), (128, 6), (256, 3), (768, 1)]  # (DH, NH), B=16
 
 
 @pytest.fixture(autouse=True)
@@ -38,24 +40,38 @@ def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
     assert p.grid(batch) == (p.num_heads * p.cluster_blocks, p.batch_tiles(batch), 1)
 
 
+@pytest.mark.parametrize("cell", sorted(CELLS))
 @pytest.mark.parametrize("gpu_name", FUSED_GPUS)
 @pytest.mark.parametrize("direction", ["forward", "backward"])
-def test_plans_fit_every_gpu(gpu_name, direction):
+def test_plans_fit_every_gpu(cell, gpu_name, direction):
     gpu = hwmodels.load(gpu_name)
     solved = 0
     for batch, heads, head_dim in SHAPES:
         for dtype in ("bf16", "fp32") if head_dim != 128 else ("fp16",):
             start = time.perf_counter()
             try:
-                p = plan("lstm", batch, heads, head_dim, dtype, gpu=gpu, direction=direction)
+                p = plan(cell, batch, heads, head_dim, dtype, gpu=gpu, direction=direction)
             except PlanError as exc:
                 assert "no fused-kernel tiling" in str(exc) and gpu.name in str(exc)
                 continue
             assert time.perf_counter() - start < 5.0, "planning must stay fast (first call budget is 5 s)"
-            assert (p.gpu, p.arch, p.direction, p.dtype) == (gpu.name, gpu.arch, direction, dtype)
+            assert (p.gpu, p.arch, p.direction, p.dtype, p.cell) == (gpu.name, gpu.arch, direction, dtype, cell)
+            spec = CELLS[cell]
+            assert (p.gates, p.states) == (spec.gate_count, spec.state_count)
+            assert p.m_tiles == (spec.gate_count if direction == "forward" else 1)
             check_limits(p, gpu, batch)
             solved += 1
     assert solved >= 4  # heads up to 256 units fit every sm_80+ GPU
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_every_cell_solves_the_benchmark_shapes_on_h200(cell, dtype, direction):
+    gpu = hwmodels.load("H200")
+    for head_dim, heads in BENCH_SHAPES:
+        for batch in (1, 16, 17):
+            check_limits(plan(cell, batch, heads, head_dim, dtype, gpu=gpu, direction=direction), gpu, batch)
 
 
 @pytest.mark.parametrize("head_dim", [16, 64, 128, 256, 768])

@@ -1,0 +1,418 @@
+"""GRU, sLSTM and Elman on the fused kernel against cuDNN (torch.nn.GRU / nn.RNN) and the flashrnn package.
+
+B=16, T=1024, every (DH, NH) with NH * DH = 768, bf16 and fp16, forward and forward+backward. Each
+measurement runs in a worker process, so a crashing or hanging kernel costs one row, not the run. Writes
+``fused_cells.{csv,md}`` and one PNG per cell and direction.
+
+    python benchmarks/bench_cells.py                 # everything (GPU)
+    python benchmarks/bench_cells.py --quick         # small GPU run; on CPU, a plumbing check only
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+import common
+from anchors import flashrnn_pkg
+
+CELLS = ("gru", "slstm", "elman")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SHAPES = ((16, 48), (32, 24), (64, 12), (128, 6), (256, 3), (768, 1))  # (DH, NH)
+CHECK_SEQ = 64  # correctness is checked against the float64 reference at this length
+TORCH_IMPLS = ("cudnn_fp16", "cudnn_fp16_in8", "cudnn_bf16", "cudnn_fp32")
+TORCH_MODULES = {"gru": "GRU", "elman": "RNN"}  # torch.nn twins (cuDNN); sLSTM has none
+FLASHRNN_CELLS = ("gru", "slstm")  # flashrnn 1.0.8 runs its GRU on its per-step backend (no fused GRU)
+TARGETS_MS = {("gru", 768, 1): {"fwd": 1.5, "fwd+bwd": 5.0}}
+SPEEDUP_TARGET = 1.5
+DIRECTIONS = ("fwd", "fwd+bwd")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem: ``cell`` over ``batch`` x ``seq`` steps of ``num_heads`` heads of ``head_dim`` in ``dtype``."""
+
+    cell: str
+    batch: int
+    seq: int
+    head_dim: int
+    num_heads: int
+    dtype: str
+
+    @property
+    def hidden(self) -> int:
+        return self.head_dim * self.num_heads
+
+
+# ---------------------------------------------------------------------------------------------- worker side
+
+
+def make_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[torch.Tensor, ...], tuple]:
+    """Random ``(Wx, R, b, states)`` in the head-wise layout and upstream gradients ``(grad_h, grad_last)``.
+
+    Scales as in the GPU tests: R ~ N(0, 1/DH) (Elman: half that standard deviation); sLSTM's initial
+    normaliser n >= 1.
+    """
+    from flashrnn_kernels.cells import get_cell
+
+    spec = get_cell(case.cell)
+    G, S = spec.gate_count, spec.state_count
+    dtype = DTYPES[case.dtype]
+    B, T, NH, DH = case.batch, case.seq, case.num_heads, case.head_dim
+    r_scale = (0.5 if case.cell == "elman" else 1.0) * DH**-0.5
+    states = torch.randn(S, B, NH, DH, device=device) * 0.5
+    if case.cell == "slstm":  # states h, c, n, m
+        states[2] = 1.0 + states[2].abs()
+
+    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return common.randn(*shape, dtype=dtype, device=device, scale=scale, requires_grad=requires_grad)
+
+    args = (rand(B, T, G, NH, DH), rand(G, NH, DH, DH, scale=r_scale), rand(G, NH, DH, scale=0.5),
+            states.to(dtype).requires_grad_(requires_grad))
+    grads = (common.randn(B, T, NH, DH, dtype=dtype, device=device),
+             common.randn(S, B, NH, DH, dtype=dtype, device=device))
+    return args, grads
+
+
+def _closures(run: Callable, args: tuple, grads: tuple) -> tuple[Callable[[], object], Callable[[], object]]:
+    def forward() -> object:
+        with torch.no_grad():
+            return run(*args)
+
+    def forward_backward() -> object:
+        return torch.autograd.grad(run(*args), args, grads)
+
+    return forward, forward_backward
+
+
+def torch_callables(cell: str, hidden: int, input_size: int, batch: int, seq: int, dtype: torch.dtype,
+                    device: torch.device) -> tuple[Callable[[], object], Callable[[], object]]:
+    """``(forward, forward_backward)`` of torch.nn.GRU / nn.RNN(tanh): one layer, batch_first, flat weights;
+    gradients of the input, the initial state and every parameter."""
+    if cell == "gru":
+        module = torch.nn.GRU(input_size, hidden, num_layers=1, batch_first=True)
+    else:
+        module = torch.nn.RNN(input_size, hidden, num_layers=1, nonlinearity="tanh", batch_first=True)
+    module = module.to(device=device, dtype=dtype)
+    module.flatten_parameters()
+    x = torch.randn(batch, seq, input_size, device=device).to(dtype).requires_grad_()
+    h0 = torch.randn(1, batch, hidden, device=device).to(dtype).requires_grad_()
+    grads = (torch.randn(batch, seq, hidden, device=device).to(dtype),
+             torch.randn(1, batch, hidden, device=device).to(dtype))
+    wrt = (x, h0, *module.parameters())
+
+    def forward() -> object:
+        with torch.no_grad():
+            return module(x, h0)
+
+    def forward_backward() -> object:
+        return torch.autograd.grad(module(x, h0), wrt, grads)
+
+    return forward, forward_backward
+
+
+def flashrnn_runner(cell: str) -> Callable:
+    """flashrnn 1.0.8's ``cuda_fused`` backend on our layout. Its GRU takes Wx gates (r, z, n), R gates
+    (hn, r, z) and biases (hn, r, z, n): the same cell as ours with R[n] and Wx[hn] left out."""
+    flashrnn = flashrnn_pkg.load()
+    names = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+    def run(Wx, R, b, states):
+        if cell == "gru":
+            Wx, R, b = Wx[:, :, :3], R[[3, 0, 1]], b[[3, 0, 1, 2]]
+        all_states, last = flashrnn(Wx.contiguous(), R.contiguous(), b.contiguous(), states.unsqueeze(2),
+                                    function=cell, backend="cuda_fused", dtype=names[Wx.dtype])
+        return all_states[0], last[:, :, 0]
+
+    return run
+
+
+def _ours(cell: str) -> Callable:
+    import flashrnn_kernels
+
+    def run(Wx, R, b, states):
+        return flashrnn_kernels.flashrnn(Wx, R, b, states, cell=cell, backend="fused")
+
+    return run
+
+
+def _reference(cell: str) -> Callable:
+    import flashrnn_kernels
+
+    def run(Wx, R, b, states):
+        return flashrnn_kernels.flashrnn(Wx, R, b, states, cell=cell, backend="reference")
+
+    return run
+
+
+def check(run: Callable, case: Case, device: str) -> tuple[float, float]:
+    """(forward, gradient) max relative errors of ``run`` against the float64 reference at T <= CHECK_SEQ."""
+    small = dataclasses.replace(case, seq=min(case.seq, CHECK_SEQ))
+    args, grads = make_inputs(small, device, requires_grad=True)
+    h, last = run(*args)
+    got = torch.autograd.grad((h, last), args, grads)
+    args64 = tuple(a.detach().double().requires_grad_() for a in args)
+    out64 = _reference(case.cell)(*args64)
+    grads64 = torch.autograd.grad(out64, args64, tuple(g.double() for g in grads))
+    fwd_err = max(common.relative_error(a, e) for a, e in zip((h, last), out64))
+    grad_err = max(common.relative_error(a, e) for a, e in zip(got, grads64))
+    return fwd_err, grad_err
+
+
+def run_job(job: dict, opts: dict) -> dict:
+    """Measure one implementation on one case: forward and forward+backward (plus first call and check)."""
+    case, impl = Case(**job["case"]), job["impl"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    errors: list[str] = []
+    result: dict = {"errors": errors}
+    torch.manual_seed(job["seed"])
+    run = None
+    if impl in TORCH_IMPLS:
+        input_size = 8 if impl.endswith("_in8") else case.hidden
+        fns = common.attempt(f"{impl} build", lambda: torch_callables(
+            case.cell, case.hidden, input_size, case.batch, case.seq, DTYPES[impl.split("_")[1]],
+            torch.device(device)), errors)
+    else:
+        if impl == "ours":
+            run = _reference(case.cell) if opts["stand_in"] else _ours(case.cell)
+        else:
+            run = common.attempt(f"{impl} import", lambda: flashrnn_runner(case.cell), errors)
+        args = common.attempt(f"{impl} inputs", lambda: make_inputs(case, device, requires_grad=True), errors)
+        fns = _closures(run, *args) if run is not None and args is not None else None
+    if fns is None:
+        return result
+    failed = set()
+    if job["first_call"]:
+        for direction, fn in zip(DIRECTIONS, fns):
+            result[f"{direction}_first_s"] = common.attempt(
+                f"{impl} {direction} first call", lambda fn=fn: common.time_once(fn) / 1e3, errors)
+            if result[f"{direction}_first_s"] is None:
+                failed.add(direction)
+    if job["check"] and "fwd+bwd" not in failed:
+        errs = common.attempt(f"{impl} check", lambda: check(run, case, device), errors)
+        if errs is not None:
+            result["fwd_err"], result["fwd+bwd_err"] = errs
+    for direction, fn in zip(DIRECTIONS, fns):
+        if direction not in failed:
+            result[f"{direction}_ms"] = common.attempt(
+                f"{impl} {direction}", lambda fn=fn: common.measure(fn, budget_ms=opts["budget_ms"]), errors)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- parent side
+
+
+def _job(impl: str, case: Case, *, check: bool = False, first_call: bool = False) -> dict:
+    return {"impl": impl, "case": dataclasses.asdict(case), "check": check, "first_call": first_call,
+            "seed": len(impl) * 1000 + case.batch + case.seq + case.head_dim + CELLS.index(case.cell)}
+
+
+def plan_jobs(args: argparse.Namespace) -> tuple[list[Case], list[dict]]:
+    """The cases and the jobs measuring them (a torch anchor of one hidden size is measured once per cell)."""
+    cases = [Case(cell, args.batch, args.seq, dh, nh, dt) for cell in args.cells for dt in args.dtypes
+             for dh, nh in args.shapes]
+    jobs: list[dict] = []
+    anchor_keys: set[tuple] = set()
+    for case in cases:
+        key = (case.cell, case.hidden)
+        if "cudnn" in args.impls and case.cell in TORCH_MODULES and key not in anchor_keys:
+            anchor_keys.add(key)
+            jobs += [_job(impl, Case(case.cell, case.batch, case.seq, case.hidden, 1, impl.split("_")[1]))
+                     for impl in TORCH_IMPLS]
+    if "ours" in args.impls:
+        jobs += [_job("ours", case, check=True, first_call=True) for case in cases]
+    if "flashrnn" in args.impls:
+        jobs += [_job("flashrnn", case, first_call=True) for case in cases
+                 if case.cell in FLASHRNN_CELLS and (case.head_dim, case.num_heads) in args.flashrnn_shapes
+                 and case.dtype in args.flashrnn_dtypes]
+    return cases, jobs
+
+
+def build_rows(cases: list[Case], jobs: list[dict], results: dict[int, dict]) -> list[dict]:
+    """One wide row per (case, direction): every implementation's time, errors, best anchor, targets."""
+    found: dict[tuple, dict] = {}
+    for index, job in enumerate(jobs):
+        c = job["case"]
+        key = (job["impl"], c["cell"]) + ((c["head_dim"] * c["num_heads"],) if job["impl"] in TORCH_IMPLS
+                                          else (c["head_dim"], c["num_heads"], c["dtype"]))
+        found[key] = results.get(index, {"errors": ["pending"]})
+    impls = ("ours", "flashrnn", *TORCH_IMPLS)
+    rows = []
+    for case in cases:
+        for direction in DIRECTIONS:
+            row: dict = {"cell": case.cell, "dtype": case.dtype, "B": case.batch, "T": case.seq,
+                         "DH": case.head_dim, "NH": case.num_heads, "direction": direction}
+            errors, anchors = [], {}
+            for impl in impls:
+                key = (impl, case.cell) + ((case.hidden,) if impl in TORCH_IMPLS
+                                           else (case.head_dim, case.num_heads, case.dtype))
+                res = found.get(key)
+                if res is None:
+                    continue
+                ms = res.get(f"{direction}_ms")
+                row[f"{impl}_ms"] = ms
+                if impl in ("ours", "flashrnn"):
+                    row[f"{impl}_first_s"] = res.get(f"{direction}_first_s")
+                    row[f"{impl}_err"] = res.get(f"{direction}_err")
+                errors += [f"{impl}: {e}" for e in res.get("errors", [])]
+                # cuDNN expresses only a single head (NH=1); with NH > 1 it solves a larger, dense problem.
+                if impl != "ours" and ms is not None and (impl not in TORCH_IMPLS or case.num_heads == 1):
+                    anchors[impl] = ms
+            ours = row.get("ours_ms")
+            if anchors:
+                best = min(anchors, key=anchors.get)
+                row["best_anchor"], row["best_anchor_ms"] = best, anchors[best]
+                row["speedup"] = anchors[best] / ours if ours else None
+            limit = TARGETS_MS.get((case.cell, case.head_dim, case.num_heads), {}).get(direction)
+            if limit is not None:
+                row["target_ms"] = limit
+                row["target"] = "n/a" if ours is None else ("pass" if ours <= limit else "FAIL")
+            speedup = row.get("speedup")
+            row[f"speedup>={SPEEDUP_TARGET}"] = "n/a" if speedup is None else (
+                "pass" if speedup >= SPEEDUP_TARGET else "FAIL")
+            row["errors"] = "; ".join(sorted(set(errors)))
+            rows.append(row)
+    return rows
+
+
+def _long_rows(rows: list[dict], cell: str, direction: str) -> list[dict]:
+    out, seen = [], set()
+    for row in rows:
+        if row["cell"] != cell or row["direction"] != direction:
+            continue
+        for key, value in row.items():
+            if not key.endswith("_ms") or key in ("best_anchor_ms", "target_ms") or value is None:
+                continue
+            impl = key[: -len("_ms")]
+            series = impl.replace("_", " ") if impl.startswith("cudnn") else f"{impl} {row['dtype']}"
+            xval = f"{row['DH']}:{row['NH']}"
+            if (series, xval) not in seen:
+                seen.add((series, xval))
+                out.append({"DH:NH": xval, "ms": value, "impl": series})
+    return out
+
+
+NOTES = (
+    "Median milliseconds over CUDA-event-timed calls after warm-up. `fwd` runs under torch.no_grad "
+    "(inference); `fwd+bwd` is a forward with autograd plus torch.autograd.grad of h and the last states "
+    "(random upstream gradients) with respect to every input and weight.",
+    "`ours` = flashrnn_kernels.flashrnn(..., cell=..., backend=\"fused\"); `ours_first_s` = its first call in the "
+    "process (plan + compile). `*_err` = max relative error (max |diff| / max |ref|) against the float64 "
+    f"reference at T={CHECK_SEQ}, same B and shape: fwd rows h and last states, fwd+bwd rows the gradients of "
+    "Wx, R, b and the initial states. Inputs: R ~ N(0, 1/DH) (Elman: half that standard deviation), Wx ~ N(0, 1), "
+    "b ~ N(0, 0.25); sLSTM's initial normaliser n >= 1.",
+    "cuDNN = torch.nn.GRU (GRU) or torch.nn.RNN(tanh) (Elman), one layer, batch_first, flattened weights, hidden = "
+    "NH*DH in the dtype of its column, input_size = hidden (its own input GEMM included); `cudnn_fp16_in8` uses "
+    "input_size = 8, almost only the recurrence. cuDNN counts as an anchor only for NH = 1 (it cannot express "
+    "block-diagonal heads). `flashrnn` = the flashrnn 1.0.8 package called with backend cuda_fused: its sLSTM "
+    "runs fused, its GRU falls back to its per-step kernels. It is timed on the same inputs converted to its "
+    "layout (its GRU leaves out our blocks R[n] and Wx[hn]; its sLSTM clamps the normaliser at 1), so its error "
+    "against our reference is not reported.",
+    f"Targets: GRU DH=768 NH=1 fwd <= 1.5 ms, fwd+bwd <= 5 ms; speedup = best anchor / ours >= {SPEEDUP_TARGET}.",
+)
+
+
+def _parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    if text.strip().lower() == "all":
+        return SHAPES
+    try:
+        return tuple((int(dh), int(nh)) for dh, nh in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shapes must look like '64:12,768:1' (DH:NH pairs) or 'all', got {text!r}")
+
+
+def _parse_names(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(v for v in text.split(",") if v)
+        bad = [v for v in names if v not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown value(s) {bad}; choose from {list(choices)}")
+        return names
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes; on a CPU-only torch a plumbing check")
+    p.add_argument("--cells", type=_parse_names(CELLS), default=CELLS)
+    p.add_argument("--dtypes", type=_parse_names(tuple(DTYPES)), default=("bf16", "fp16"))
+    p.add_argument("--shapes", type=_parse_shapes, default=SHAPES, help="DH:NH pairs, e.g. 64:12,768:1")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--flashrnn-shapes", type=_parse_shapes, default=None, help="default 64:12,768:1 ('none' to skip)")
+    p.add_argument("--flashrnn-dtypes", type=_parse_names(tuple(DTYPES)), default=("bf16",))
+    p.add_argument("--impls", type=_parse_names(("ours", "cudnn", "flashrnn")), default=("ours", "cudnn", "flashrnn"))
+    p.add_argument("--budget-ms", type=float, default=1500.0, help="timed milliseconds per measurement")
+    p.add_argument("--job-timeout-s", type=float, default=240.0, help="kill a measurement running longer")
+    p.add_argument("--budget-s", type=float, default=None, help="skip jobs not started after this many seconds")
+    p.add_argument("--name", default=None, help="results file stem (default fused_cells[_quick])")
+    p.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker:
+        return common.worker_loop(args.worker[0], args.worker[1], run_job)
+    cpu = not torch.cuda.is_available()
+    if cpu and not args.quick:
+        print("bench_cells: CUDA is not available (torch.cuda.is_available() is False); the benchmark needs a "
+              "CUDA GPU. Use --quick for a CPU check of the table plumbing.", file=sys.stderr)
+        return 1
+    given = {a.split("=")[0] for a in argv}
+    if args.quick:
+        quick = {"--dtypes": ("bf16",), "--seq": 256, "--budget-ms": 300.0, "--shapes": ((64, 12), (768, 1))}
+        if cpu:  # tiny sizes: the pure-PyTorch reference stands in for the kernel, nothing here is a measurement
+            quick.update({"--seq": 8, "--batch": 2, "--budget-ms": 5.0, "--shapes": ((16, 2), (32, 1))})
+        for flag, value in quick.items():
+            if flag not in given:
+                setattr(args, flag[2:].replace("-", "_"), value)
+    if args.flashrnn_shapes is None:
+        args.flashrnn_shapes = () if args.quick or cpu else ((64, 12), (768, 1))
+    name = args.name or ("fused_cells_plumbing" if cpu else "fused_cells_quick" if args.quick else "fused_cells")
+    if cpu:
+        print("bench_cells: CUDA is not available, so nothing is measured. Checking the table plumbing with the "
+              "pure-PyTorch reference standing in for the fused kernel at tiny sizes.", flush=True)
+        if "BENCH_RESULTS_DIR" not in os.environ:
+            os.environ["BENCH_RESULTS_DIR"] = tempfile.mkdtemp(prefix="bench_cells_plumbing_")
+        if "--impls" not in given:
+            args.impls = ("ours",)  # cuDNN anchors need CUDA
+    title = "Fused GRU, sLSTM and Elman" + (" — PLUMBING CHECK on CPU, stand-in implementation, not measurements"
+                                            if cpu else "")
+    opts = {"budget_ms": args.budget_ms, "stand_in": cpu}
+    cases, jobs = plan_jobs(args)
+
+    def save(results: dict[int, dict]) -> str:
+        return common.write_results(name, build_rows(cases, jobs, results), title=title, notes=NOTES)
+
+    print(f"== {len(cases)} cases, {len(jobs)} jobs", flush=True)
+    results = common.run_isolated(os.path.abspath(__file__), jobs, opts, job_timeout_s=args.job_timeout_s,
+                                  budget_s=args.budget_s, on_result=save)
+    markdown = save(results)
+    rows = build_rows(cases, jobs, results)
+    plot_errors: list[str] = []
+    for cell in args.cells:
+        for direction in DIRECTIONS:
+            stem = f"{name}_{cell}_{direction.replace('+', '')}"
+            title = f"{cell} {direction}, B={args.batch}, T={args.seq}{' (CPU plumbing check)' if cpu else ''}"
+            long_rows = _long_rows(rows, cell, direction)
+            common.attempt(f"plot {stem}", lambda stem=stem, long_rows=long_rows, title=title: common.plot(
+                stem, long_rows, x="DH:NH", y="ms", series="impl", title=title, logy=True), plot_errors)
+    print(f"results in {common.results_dir()}" + (f"; plots failed: {plot_errors}" if plot_errors else ""))
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
