@@ -1,5 +1,7 @@
 """Alternating backend benchmark: one head of 2048 and 4096 (LSTM, B=16, T=1024, bf16/fp16/fp32), forward and
-forward+backward, against torch.nn.LSTM (cuDNN) in the same run. Writes ``alternating.{csv,md}``.
+forward+backward, against torch.nn.LSTM (cuDNN) in the same run. Writes ``alternating.{csv,md}``; the crossover
+section times the fused kernel and the alternating backend where both run (bf16) and records what `choose` picks:
+``alternating_crossover.{csv,md}``.
 
 cuDNN is timed twice: with ``input_size = hidden`` (as used, its input projection included) and with
 ``input_size = 8`` (the recurrence alone, comparable to our precomputed Wx). Each problem is first checked against
@@ -23,6 +25,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HIDDEN = (2048, 4096)
 BATCH, SEQ, CHECK_SEQ = 16, 1024, 32
 TARGET_HIDDEN = 4096  # target: no slower than cuDNN (recurrence alone) here
+CROSSOVER = ((64, 12), (256, 3), (512, 1), (768, 1), (1024, 1), (1024, 2))  # (DH, NH), both backends run
 
 
 def _inputs(hidden: int, batch: int, seq: int, dtype: torch.dtype, device: str):
@@ -133,6 +136,42 @@ def run(hiddens: Sequence[int], dtypes: Sequence[str], seq: int, repeat: int) ->
     return rows
 
 
+def crossover(shapes: Sequence[tuple[int, int]], seq: int, repeat: int) -> list[dict]:
+    """Fused vs alternating (LSTM, bf16, B = BATCH) where the fused kernel has a plan, and `choose`'s pick."""
+    from flashrnn_kernels.alternating import choose, flashrnn_alternating
+    from flashrnn_kernels.fused.function import flashrnn_fused
+
+    rows = []
+    for head_dim, num_heads in shapes:
+        errors: list[str] = []
+        args = (common.randn(BATCH, seq, 4, num_heads, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True),
+                common.randn(4, num_heads, head_dim, head_dim, dtype=torch.bfloat16, device="cuda",
+                             scale=head_dim**-0.5, requires_grad=True),
+                common.randn(4, num_heads, head_dim, dtype=torch.bfloat16, device="cuda", scale=0.5, requires_grad=True),
+                common.randn(2, BATCH, num_heads, head_dim, dtype=torch.bfloat16, device="cuda", scale=0.5,
+                             requires_grad=True))
+        grads = (common.randn(BATCH, seq, num_heads, head_dim, dtype=torch.bfloat16, device="cuda"),
+                 common.randn(2, BATCH, num_heads, head_dim, dtype=torch.bfloat16, device="cuda"))
+        choice = choose("lstm", BATCH, num_heads, head_dim, torch.bfloat16)
+        row: dict = {"head_dim": head_dim, "num_heads": num_heads, "B": BATCH, "T": seq, "choose": choice.backend}
+        for impl, op in (("fused", flashrnn_fused), ("alternating", flashrnn_alternating)):
+            def forward(op=op, args=args) -> object:
+                with torch.no_grad():
+                    return op(*args, "lstm")
+
+            def forward_backward(op=op, args=args, grads=grads) -> object:
+                return torch.autograd.grad(op(*args, "lstm"), args, grads)
+
+            for direction, fn in (("fwd", forward), ("fwd+bwd", forward_backward)):
+                row[f"{impl} {direction} ms"] = common.attempt(
+                    f"{impl} {direction}", lambda fn=fn: common.time_cuda(fn, warmup=3, repeat=repeat), errors)
+        row["errors"] = "; ".join(errors)
+        rows.append(row)
+        print(row, flush=True)
+        _free("cuda")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="H = 256, T = 64, bf16 only")
@@ -154,6 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"warm-up; target: alternating no slower than cuDNN for H = {TARGET_HIDDEN}.")]
     print(common.write_results("alternating_quick" if args.quick else "alternating", rows,
                                title="Alternating backend vs cuDNN", notes=notes))
+    if torch.cuda.is_available():
+        shapes = CROSSOVER[:2] if args.quick else CROSSOVER
+        rows = crossover(shapes, 64 if args.quick else SEQ, 3 if args.quick else args.repeat)
+        notes = [("LSTM bf16: the fused kernel and the alternating backend where both run; `choose` is "
+                  "flashrnn_kernels.alternating.choose (fused whenever the fused planner finds a tiling).")]
+        print(common.write_results("alternating_crossover_quick" if args.quick else "alternating_crossover", rows,
+                                   title="Fused kernel vs alternating backend", notes=notes))
     return 0
 
 

@@ -6,6 +6,7 @@ that no tiling meets (its message is the reason).
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,16 +28,20 @@ class BackendChoice:
 
 
 def choose(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: Any = None,
-           training: bool = True) -> BackendChoice:
+           training: bool = True, fused_cells: Collection[str] | None = None) -> BackendChoice:
     """Fused or alternating for `cell` on `gpu` (a hwmodels GPUModel, a name, or None for the current device).
 
-    `training` also requires a backward plan for "fused". Raises ValueError for a dtype neither backend runs.
+    `training` also requires a backward plan for "fused"; `fused_cells`, when given, names the cells the fused
+    kernel is wired for (others go to the alternating backend). Raises ValueError for a dtype neither backend runs.
     """
     name = get_cell(cell).name
     dtype = dtype_name(dtype)
     for label, value in (("batch", batch), ("num_heads", num_heads), ("head_dim", head_dim)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
+    if fused_cells is not None and name not in fused_cells:
+        return BackendChoice("alternating", f"the fused kernel does not implement cell {name!r} (fused cells: "
+                                            f"{sorted(fused_cells)}); the alternating backend runs every cell")
     if head_dim not in HEAD_DIMS:
         return BackendChoice("alternating", f"the fused kernel supports head_dim in {list(HEAD_DIMS)}, got "
                                             f"{head_dim}; the alternating backend runs any head_dim")

@@ -49,8 +49,9 @@ class AlternatingRNNFunction(torch.autograd.Function):
         B, T, _, NH, DH = Wx.shape
         training = any(ctx.needs_input_grad[:4])
         tf32 = Wx.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-        runner = POOL.acquire(Key(cell, B, T, NH, DH, Wx.dtype, Wx.device.index, training, tf32))
-        h, last = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS)
+        with torch.cuda.device(Wx.device):
+            runner = POOL.acquire(Key(cell, B, T, NH, DH, Wx.dtype, Wx.device.index, training, tf32))
+            h, last = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS)
         if training:
             ctx.runner = runner
             ctx.lease = Lease(runner)
@@ -65,7 +66,8 @@ class AlternatingRNNFunction(torch.autograd.Function):
                 "first backward (retain_graph=True); run the second backward before the next forward"
             )
         dtype = runner.key.dtype
-        grads = runner.backward(d_h.to(dtype), d_last.to(dtype), poison=POISON_OUTPUTS)
+        with torch.cuda.device(d_h.device):
+            grads = runner.backward(d_h.to(dtype), d_last.to(dtype), poison=POISON_OUTPUTS)
         ctx.lease.release()
         return (*grads, None)
 

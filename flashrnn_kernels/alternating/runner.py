@@ -105,6 +105,7 @@ class Runner:
         self.gates = torch.empty(B, T, G, NH, DH, **f) if key.training else None
         self.forward_graph: torch.cuda.CUDAGraph | None = None
         self.backward_graph: torch.cuda.CUDAGraph | None = None
+        self.backward_buffers = False  # allocated by the first backward
         self.leased = False
         self.generation = 0
         self.done = torch.cuda.Event()
@@ -192,8 +193,9 @@ class Runner:
         """Gradients (dWx, dR, db, d_states), fresh tensors in the storage dtype, for the last forward."""
         if not self.key.training:
             raise RuntimeError("this runner ran an inference forward; it saved nothing for a backward pass")
-        if self.backward_graph is None and not hasattr(self, "d_h"):
+        if not self.backward_buffers:
             self._allocate_backward()
+            self.backward_buffers = True
         torch.cuda.current_stream().wait_event(self.done)
         if poison:
             _poison(self.h_prev, self.ds, self.dh_rec, self.dpre, self.d_states, self.dr, self.db)

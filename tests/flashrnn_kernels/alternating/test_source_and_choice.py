@@ -58,6 +58,12 @@ def test_fitting_problem_chooses_fused_with_both_plans():
     assert inference.backend == "fused" and inference.backward_plan is None
 
 
+def test_cell_outside_fused_cells_chooses_alternating():
+    choice = choose("gru", 16, 12, 64, "bf16", gpu=H200, fused_cells={"lstm"})
+    assert choice.backend == "alternating" and "'gru'" in choice.reason
+    assert choose("lstm", 16, 12, 64, "bf16", gpu=H200, fused_cells={"lstm"}).backend == "fused"
+
+
 def test_plan_error_becomes_the_reason():
     # sm_70 has no mma.sync bf16: the fused planner refuses, the alternating backend takes over
     choice = choose("lstm", 16, 12, 64, "bf16", gpu="V100-SXM2-32GB")
