@@ -1,15 +1,17 @@
 """Host cost of one call: where the microseconds go between Python and the launch.
 
 For a short scan (linear_scan [8, 256, 1536] fp32) and a fused LSTM forward (12 heads x 64, B=16, T=1024, bf16)
-it reports the CUDA-event time of one call (what the benchmarks measure), the host time per call when calls are
-only enqueued (no synchronisation), and the host time of the bare launch helper; then a cProfile of the
-enqueue loop, sorted by own time. Results: results/host_overhead.md and host_overhead_profile.txt.
+it reports the CUDA-event time of one call (what the benchmarks measure), the device time of its kernels (torch
+profiler), and the host time of one call made on an idle GPU (so that a full launch queue cannot block it); then a
+cProfile of calls on an idle GPU, sorted by own time. Results: results/host_overhead.md and
+host_overhead_profile.txt.
 """
 from __future__ import annotations
 
 import cProfile
 import io
 import pstats
+import statistics
 import time
 
 import torch
@@ -17,19 +19,32 @@ from common import machine_line, results_dir, time_cuda, write_results
 
 from flashrnn_kernels import flashrnn, linear_scan
 
-CALLS = 2000
+CALLS = 200
 
 
 def host_us(fn, calls: int = CALLS) -> float:
-    """Microseconds of host time per call over `calls` enqueued calls (one synchronisation at the end)."""
+    """Median microseconds of host time of one call, each made after a synchronisation (idle GPU)."""
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - begin) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def device_us(fn, calls: int = 50) -> float:
+    """Microseconds of kernel time per call on the device (torch profiler, every kernel of the call)."""
     fn()
     torch.cuda.synchronize()
-    begin = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = time.perf_counter() - begin
-    torch.cuda.synchronize()
-    return host / calls * 1e6
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0 and e.count > 0
+                and not e.key.startswith("ProfilerStep"))
+    return total / calls
 
 
 def cases() -> dict:
@@ -51,19 +66,20 @@ def main() -> None:
     rows, profiles = [], []
     for name, fn in cases().items():
         event_ms = time_cuda(fn, warmup=20, repeat=200)
-        per_call = host_us(fn)
-        rows.append({"call": name, "event ms (one call)": event_ms, "host us per call (enqueue only)": per_call})
+        rows.append({"call": name, "event ms (one call)": event_ms, "kernel us per call": device_us(fn),
+                     "host us per call (idle GPU)": host_us(fn)})
         profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(200):
+        for _ in range(CALLS):
+            torch.cuda.synchronize()
+            profiler.enable()
             fn()
-        profiler.disable()
+            profiler.disable()
         torch.cuda.synchronize()
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
         profiles.append(f"## {name}\n{text.getvalue()}")
     print(write_results("host_overhead", rows, title="Host cost per call",
-                        notes=[machine_line(), f"host time: {CALLS} enqueued calls, one synchronisation"]))
+                        notes=[machine_line(), f"host time: median of {CALLS} calls, each after a synchronisation"]))
     (results_dir() / "host_overhead_profile.txt").write_text("\n".join(profiles))
     print("\n".join(profiles))
 

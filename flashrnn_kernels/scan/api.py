@@ -1,10 +1,13 @@
-"""Public scan ops with input checks: CUDA tensors go to the fused kernels, CPU tensors to the reference loop."""
+"""Public scan ops with input checks, run as the custom op `flashrnn_kernels::scan_forward`: CUDA tensors go to the
+fused kernels, CPU tensors to the reference loop; differentiable and traceable by torch.compile."""
 from __future__ import annotations
 
 import torch
 
-from . import reference
-from .function import TORCH_DTYPES, ScanFunction
+from .. import (
+    library,  # a module object: library imports this package's reference and launcher in turn
+)
+from .function import TORCH_DTYPES
 
 REFERENCE_DTYPES = (*TORCH_DTYPES, torch.float64)
 
@@ -38,28 +41,25 @@ def _check(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...], h0: torch.
                             f"{first.device})")
 
 
-def _scan(cell: str, names: tuple[str, ...], inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None,
-          loop) -> torch.Tensor:
+def _scan(cell: str, names: tuple[str, ...], inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None) -> torch.Tensor:
     _check(names, inputs, h0)
-    if not inputs[0].is_cuda:
-        return loop(*inputs, h0)
-    return ScanFunction.apply(cell, None if h0 is None else h0.contiguous(), *inputs)
+    return library.scan_op(cell, inputs, None if h0 is None else h0.contiguous())
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
     """h_t = a_t * h_{t-1} + b_t over time. a, b: [B, T, D]; h0: [B, D] or None (zeros). Returns h: [B, T, D]."""
-    return _scan("linear", ("a", "b"), (a, b), h0, reference.linear_scan_loop)
+    return _scan("linear", ("a", "b"), (a, b), h0)
 
 
 def min_gru_scan(k: torch.Tensor, h_pre: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
     """minGRU from projected inputs, gates and scan fused. k, h_pre: [B, T, H]; h0: [B, H]. Returns h: [B, T, H]."""
-    return _scan("min_gru", ("k", "h_pre"), (k, h_pre), h0, reference.min_gru_loop)
+    return _scan("min_gru", ("k", "h_pre"), (k, h_pre), h0)
 
 
 def min_lstm_scan(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
                   h0: torch.Tensor | None = None) -> torch.Tensor:
     """minLSTM from projected inputs, gates and scan fused. f, i, h_pre: [B, T, H]; h0: [B, H]. Returns [B, T, H]."""
-    return _scan("min_lstm", ("f", "i", "h_pre"), (f, i, h_pre), h0, reference.min_lstm_loop)
+    return _scan("min_lstm", ("f", "i", "h_pre"), (f, i, h_pre), h0)
 
 
 def _project(x: torch.Tensor, weights: dict[str, torch.Tensor]) -> list[torch.Tensor]:

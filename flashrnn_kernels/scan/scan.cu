@@ -9,8 +9,9 @@
 //             SCAN_STEPS steps in registers, so every input is read from memory once.
 //   lane    = (batch row, tile of SCAN_THREADS_D * SCAN_VEC channels); a sequence of chunks forms a chain.
 //   grid    = persistent: SCAN_MIN_BLOCKS blocks per SM (or fewer when there are fewer chunks); each block draws
-//             chunk tickets in order and loads its next chunk while it finishes the current one, so loads stay
-//             in flight through the look-back and the stores.
+//             chunk tickets in order and copies the inputs of its next SCAN_STAGES - 1 chunks into a shared-memory
+//             ring (cp.async) while it finishes the current one, so loads stay in flight through the look-back
+//             and the stores.
 // Carries: inside a block, rows combine their affine maps (A, B) through shared memory; across blocks, chunks of
 // one lane chain by decoupled look-back on one status word per chunk (1: aggregate ready, 2: inclusive state
 // ready), read 32 chunks at a time by one warp.
@@ -19,11 +20,12 @@
 // b = z * g(h_pre); 2 minLSTM (x1 = f_pre, x2 = i_pre, x3 = h_pre): f = sigmoid(f_pre), i = sigmoid(i_pre),
 // a = f / (f + i), b = i / (f + i) * g(h_pre). g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise.
 #include "cells/ops.cuh"
+#include "runtime/cp_async.cuh"
 
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
-    !defined(SCAN_FAST)
-#error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_MIN_BLOCKS, SCAN_CELL, ..."
+    !defined(SCAN_FAST) || !defined(SCAN_STAGES)
+#error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_MIN_BLOCKS, ..."
 #endif
 
 #if SCAN_DTYPE == 0
@@ -45,6 +47,7 @@ typedef __half elem_t;
 static_assert(SCAN_THREADS % 32 == 0, "a block is whole warps");
 static_assert(SCAN_VEC * sizeof(elem_t) <= 16, "one access is at most 16 bytes");
 static_assert((SCAN_VEC & (SCAN_VEC - 1)) == 0, "SCAN_VEC is a power of two");
+static_assert(SCAN_STAGES >= 2, "the input ring has at least two stages");
 static_assert(SCAN_CELL >= 0 && SCAN_CELL <= 2, "SCAN_CELL is 0 (linear), 1 (minGRU) or 2 (minLSTM)");
 
 struct __align__(SCAN_VEC * sizeof(elem_t)) pack_t {
@@ -145,11 +148,12 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 #endif
 }
 
-// Workspace. flags[0] is the ticket counter (zero on entry: the block that draws the last ticket of the launch puts
-// it back to 0 for the next launch on the stream); flags[1 + ticket] is the status word of one chunk, holding
-// epoch * 4 + state (1: aggregate published, 2: inclusive state published). A word from an earlier launch carries
-// an older epoch and reads as "not ready", so the words are zeroed only when the host's epoch counter wraps.
-// agg_a, agg_b, incl: SCAN_TILE fp32 values per ticket (the chunk's map h -> A h + B, and its last state).
+// Workspace. flags[0] is the ticket counter and flags[1] counts finished blocks (both zero on entry: the last block
+// to finish puts them back to 0 for the next launch on the stream); flags[2 + ticket] is the status word of one
+// chunk, holding epoch * 4 + state (1: aggregate published, 2: inclusive state published). A word from an earlier
+// launch carries an older epoch and reads as "not ready", so the words are zeroed only when the host's epoch
+// counter wraps. agg_a, agg_b, incl: SCAN_TILE fp32 values per ticket (the chunk's map h -> A h + B, and its
+// last state).
 __device__ __forceinline__ int load_status(const int* p, int epoch) {
     const int word = *reinterpret_cast<const volatile int*>(p);
     return (word >> 2) == epoch ? (word & 3) : 0;
@@ -158,16 +162,6 @@ __device__ __forceinline__ int load_status(const int* p, int epoch) {
 __device__ __forceinline__ void store_status(int* p, int epoch, int state) {
     *reinterpret_cast<volatile int*>(p) = epoch * 4 + state;
 }
-
-// Inputs of one chunk of one thread as loaded (storage precision): the scan maps' operands (x1 = a or the first
-// gate input, x2 = b, dy or the second, x3 = minLSTM's candidate input). Loads are issued for the next chunk before
-// the current one's look-back, so they are in flight while the block waits.
-struct Raw {
-    pack_t p1[SCAN_STEPS], p2[SCAN_STEPS];
-#if SCAN_CELL == 2
-    pack_t p3[SCAN_STEPS];
-#endif
-};
 
 // Where one thread's chunk lives: step i sits at `base + i * step` elements (reverse: walking back in time).
 struct Chunk {
@@ -191,40 +185,62 @@ __device__ __forceinline__ Chunk locate(int ticket, int lanes, int d_tiles, int 
 
 #define STEP (SCAN_REVERSE ? -D : D)
 
-__device__ __forceinline__ void issue_loads(Raw& r, const Chunk& c, const elem_t* __restrict__ x1,
+// One stage of the input ring: the chunk's operands as loaded, [input][row step][channel] in storage precision
+// (input 0: a / the first gate input, or in reverse a's input one step later; 1: b / the second input, or dy;
+// 2: minLSTM's third). A thread copies and later reads only its own SCAN_STEPS x SCAN_VEC elements of each input,
+// so a cp.async wait (no block barrier) makes them visible.
+#define STAGE_ELEMS (SCAN_INPUTS * SCAN_CHUNK * SCAN_TILE)
+#define AT(input, i) (((input) * SCAN_CHUNK + threadIdx.y * SCAN_STEPS + (i)) * SCAN_TILE + threadIdx.x * SCAN_VEC)
+
+__device__ __forceinline__ void stage_chunk(elem_t* stage, const Chunk& c, const elem_t* __restrict__ x1,
                                             const elem_t* __restrict__ x2, const elem_t* __restrict__ x3,
                                             const elem_t* __restrict__ dy, int T, int D) {
+    constexpr int BYTES = SCAN_VEC * sizeof(elem_t);
 #pragma unroll
     for (int i = 0; i < SCAN_STEPS; ++i) {
         const int s = c.s0 + i;
         const long long at = c.base + (long long)i * STEP;
         if (c.active && s < T) {
 #if SCAN_REVERSE
-            r.p2[i] = load_pack(dy + at);
+            cp_async<BYTES>(stage + AT(1, i), dy + at);
             if (s > 0) {  // dh_t gets a_{t+1} dh_{t+1}
-                r.p1[i] = load_pack(x1 + at + D);
+                cp_async<BYTES>(stage + AT(0, i), x1 + at + D);
 #if SCAN_CELL == 2
-                r.p3[i] = load_pack(x2 + at + D);
+                cp_async<BYTES>(stage + AT(2, i), x2 + at + D);
 #endif
             }
 #else
-            r.p1[i] = load_pack(x1 + at);
-            r.p2[i] = load_pack(x2 + at);
+            cp_async<BYTES>(stage + AT(0, i), x1 + at);
+            cp_async<BYTES>(stage + AT(1, i), x2 + at);
 #if SCAN_CELL == 2
-            r.p3[i] = load_pack(x3 + at);
+            cp_async<BYTES>(stage + AT(2, i), x3 + at);
 #endif
 #endif
         }
     }
 }
 
-// Maps (a, b) of every step of the thread's chunk; steps past T and padding channels get the identity map.
-__device__ __forceinline__ void make_maps(const Raw& r, const Chunk& c, int T, float (&ma)[SCAN_STEPS][SCAN_VEC],
-                                          float (&mb)[SCAN_STEPS][SCAN_VEC]) {
+// Maps (a, b) of every step of the thread's chunk from its staged operands; steps past T and padding channels
+// get the identity map.
+__device__ __forceinline__ void make_maps(const elem_t* stage, const Chunk& c, int T,
+                                          float (&ma)[SCAN_STEPS][SCAN_VEC], float (&mb)[SCAN_STEPS][SCAN_VEC]) {
 #pragma unroll
     for (int i = 0; i < SCAN_STEPS; ++i) {
         const int s = c.s0 + i;
         const bool in = c.active && s < T;
+        pack_t p1, p2;
+#if SCAN_CELL == 2
+        pack_t p3;
+#endif
+        if (in) {
+            p2 = load_pack(stage + AT(1, i));
+            if (!SCAN_REVERSE || s > 0) {
+                p1 = load_pack(stage + AT(0, i));
+#if SCAN_CELL == 2
+                p3 = load_pack(stage + AT(2, i));
+#endif
+            }
+        }
 #pragma unroll
         for (int j = 0; j < SCAN_VEC; ++j) {
             float a = 1.0f, b = 0.0f;
@@ -232,15 +248,15 @@ __device__ __forceinline__ void make_maps(const Raw& r, const Chunk& c, int T, f
 #if SCAN_REVERSE
                 a = 0.0f;
 #if SCAN_CELL == 2
-                if (s > 0) a = gate_a(to_float(r.p1[i].v[j]), to_float(r.p3[i].v[j]));
+                if (s > 0) a = gate_a(to_float(p1.v[j]), to_float(p3.v[j]));
 #else
-                if (s > 0) a = gate_a(to_float(r.p1[i].v[j]), 0.0f);
+                if (s > 0) a = gate_a(to_float(p1.v[j]), 0.0f);
 #endif
-                b = to_float(r.p2[i].v[j]);
+                b = to_float(p2.v[j]);
 #elif SCAN_CELL == 2
-                gates(to_float(r.p1[i].v[j]), to_float(r.p2[i].v[j]), to_float(r.p3[i].v[j]), a, b);
+                gates(to_float(p1.v[j]), to_float(p2.v[j]), to_float(p3.v[j]), a, b);
 #else
-                gates(to_float(r.p1[i].v[j]), to_float(r.p2[i].v[j]), 0.0f, a, b);
+                gates(to_float(p1.v[j]), to_float(p2.v[j]), 0.0f, a, b);
 #endif
             }
             ma[i][j] = a;
@@ -252,43 +268,52 @@ __device__ __forceinline__ void make_maps(const Raw& r, const Chunk& c, int T, f
 // x1, x2, x3: cell inputs [B, T, D] (x3 only for minLSTM); h0: [B, D] or null.
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
 //   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D]; grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
-// Tickets: lanes * chunks, chunk-major (ticket = chunk * lanes + lane), drawn in order by persistent blocks: a
-// block holds at most its current ticket and the next one, and only waits on the chunk before its current one,
-// whose ticket is lower; so the lowest unfinished ticket always belongs to a block that can run it.
+// Tickets: lanes * chunks, chunk-major (ticket = chunk * lanes + lane), drawn in order by persistent blocks. A
+// block holds its current ticket and the SCAN_STAGES - 1 it is loading ahead, and only waits on the chunk before
+// its current one, whose ticket is lower; so the lowest unfinished ticket always belongs to a block running it.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flashrnn_scan(
     const elem_t* __restrict__ x1, const elem_t* __restrict__ x2, const elem_t* __restrict__ x3,
     const elem_t* __restrict__ h0, const elem_t* __restrict__ dy, const elem_t* __restrict__ h,
     elem_t* __restrict__ y1, elem_t* __restrict__ y2, elem_t* __restrict__ y3, float* __restrict__ grad_h0,
     float* __restrict__ agg_a, float* __restrict__ agg_b, float* __restrict__ incl, int* __restrict__ flags,
     int T, int D, int d_tiles, int lanes, int chunks, int epoch) {
+    extern __shared__ __align__(16) unsigned char ring_bytes[];
+    elem_t* ring = reinterpret_cast<elem_t*>(ring_bytes);
     __shared__ float s_a[SCAN_THREADS_T][SCAN_TILE];
     __shared__ float s_b[SCAN_THREADS_T][SCAN_TILE];
-    __shared__ int s_next, s_from;
+    __shared__ int s_tickets[SCAN_STAGES], s_from;
 
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * SCAN_THREADS_D + tx;
     const int tickets = lanes * chunks;
     const bool chained = chunks > 1;
-    // Draw a ticket; the draw that returns the launch's last value (each block's final draw is one past the work)
-    // resets the counter.
-    auto draw = [&]() {
-        const int t = atomicAdd(flags, 1);
-        if (t == tickets + (int)gridDim.x - 1) atomicExch(flags, 0);
-        return t;
-    };
-    if (tid == 0) s_next = draw();
+    int* const status = flags + 2;
+
+    if (tid == 0)
+        for (int k = 0; k < SCAN_STAGES - 1; ++k) s_tickets[k] = atomicAdd(flags, 1);
     __syncthreads();
-    int ticket = s_next;
-    Raw raw;
-    if (ticket < tickets) issue_loads(raw, locate(ticket, lanes, d_tiles, T, D), x1, x2, x3, dy, T, D);
+#pragma unroll
+    for (int k = 0; k < SCAN_STAGES - 1; ++k) {
+        if (s_tickets[k] < tickets)
+            stage_chunk(ring + k * STAGE_ELEMS, locate(s_tickets[k], lanes, d_tiles, T, D), x1, x2, x3, dy, T, D);
+        cp_async_commit();
+    }
 
-    while (ticket < tickets) {
+    for (int it = 0;; ++it) {
+        const int ticket = s_tickets[it % SCAN_STAGES];
+        if (ticket >= tickets) break;
         const Chunk c = locate(ticket, lanes, d_tiles, T, D);
-        __syncthreads();  // the previous chunk is done with s_a, s_b, s_next
-        if (tid == 0) s_next = draw();
+        const int ahead = (it + SCAN_STAGES - 1) % SCAN_STAGES;
+        if (tid == 0) s_tickets[ahead] = atomicAdd(flags, 1);
+        __syncthreads();  // the new ticket is visible; the previous chunk is done with s_a and s_b
+        const int next = s_tickets[ahead];
+        if (next < tickets)
+            stage_chunk(ring + ahead * STAGE_ELEMS, locate(next, lanes, d_tiles, T, D), x1, x2, x3, dy, T, D);
+        cp_async_commit();
+        cp_async_wait_group<SCAN_STAGES - 1>();  // this chunk's own copies have landed
 
-        // Phase 1: maps from the loaded inputs (the gates are evaluated once), folded into one map per row.
+        // Phase 1: maps from the staged inputs (the gates are evaluated once), folded into one map per row.
         float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];
-        make_maps(raw, c, T, ma, mb);
+        make_maps(ring + (it % SCAN_STAGES) * STAGE_ELEMS, c, T, ma, mb);
         {
             float fa[SCAN_VEC], fb[SCAN_VEC];
 #pragma unroll
@@ -310,12 +335,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             }
         }
         __syncthreads();
-        const int next = s_next;
-        if (next < tickets) issue_loads(raw, locate(next, lanes, d_tiles, T, D), x1, x2, x3, dy, T, D);
 
         // Phase 2: the chunk's map per channel, published (chunk 0 publishes its inclusive state at once); then the
-        // carry-in from the chunks before it, and each row's carry-in written over s_a. Channel c of the tile is
-        // handled by thread (c / SCAN_VEC, j) with j = c % SCAN_VEC + k * SCAN_THREADS_T.
+        // carry-in from the chunks before it, and each row's carry-in written over s_a. Channel ch of the tile is
+        // handled by thread (ch / SCAN_VEC, j) with j = ch % SCAN_VEC + k * SCAN_THREADS_T.
         const long long slot0 = (long long)ticket * SCAN_TILE;
         float chunk_a[SCAN_PER_THREAD], chunk_b[SCAN_PER_THREAD], carry[SCAN_PER_THREAD];
 #pragma unroll
@@ -342,11 +365,11 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         if (chained) {
             __threadfence();
             __syncthreads();
-            if (tid == 0) store_status(flags + 1 + ticket, epoch, c.chunk == 0 ? 2 : 1);
+            if (tid == 0) store_status(status + ticket, epoch, c.chunk == 0 ? 2 : 1);
         }
         if (c.chunk > 0) {
-            // Look back: warp 0 reads the status of up to 32 earlier chunks of the lane at once and finds the
-            // nearest one with an inclusive state; every chunk in between has published its aggregate.
+            // Look back: warp 0 reads the status of 32 earlier chunks of the lane at once and finds the nearest one
+            // with an inclusive state; every chunk in between has published its aggregate.
             if (tid < 32) {
                 int from = c.chunk - 1;
                 for (;;) {
@@ -354,7 +377,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     int state = 2;  // before chunk 0: never chosen, chunk 0 itself is always inclusive
                     if (chunk_at >= 0) {
                         do {
-                            state = load_status(flags + 1 + (long long)chunk_at * lanes + c.lane, epoch);
+                            state = load_status(status + (long long)chunk_at * lanes + c.lane, epoch);
                         } while (state == 0);
                     }
                     const unsigned inclusive = __ballot_sync(0xffffffffu, state == 2);
@@ -385,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             if (c.chunk + 1 < chunks) {
                 __threadfence();
                 __syncthreads();
-                if (tid == 0) store_status(flags + 1 + ticket, epoch, 2);
+                if (tid == 0) store_status(status + ticket, epoch, 2);
             }
         }
 #pragma unroll
@@ -467,7 +490,16 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 }
             }
         }
-        ticket = next;
+    }
+    cp_async_wait_group<0>();  // no copy may still target shared memory when the block exits
+    // The last block to finish hands the counters back at 0 for the next launch on the stream.
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(flags + 1, 1) == (int)gridDim.x - 1) {
+            atomicExch(flags, 0);
+            atomicExch(flags + 1, 0);
+        }
     }
 }
 #undef STEP
+#undef AT
