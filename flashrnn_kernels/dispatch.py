@@ -14,7 +14,7 @@ from .fused.reference import flashrnn_reference
 from .validation import FUSED_DTYPES, check_contiguous, check_dtype, check_same_dtype_and_device, check_shapes
 
 BACKENDS: tuple[str, ...] = ("auto", "fused", "reference")
-FUSED_CELLS: frozenset[str] = frozenset({"lstm"})
+FUSED_CELLS: frozenset[str] = frozenset({"lstm", "gru", "slstm", "elman"})
 """Cells the fused kernel implements; other cells run on the reference."""
 
 _warned: set[str] = set()
