@@ -1,4 +1,7 @@
-"""flashrnn_fused: the fused kernels as an autograd Function (plan -> render -> compile -> launch).
+"""The fused kernels' launchers (plan -> render -> compile -> launch) and `flashrnn_fused`, their public entry.
+
+Autograd and torch.compile support come from the custom ops in `flashrnn_kernels.library`, whose CUDA
+implementations are `fused_forward` and `fused_backward`.
 
 Forward: one persistent launch over all T steps. In training it also saves, in fp32, the cell's per-gate values
 a_g [B, T, G, NH, DH] and the non-h states of every step [S-1, B, T+1, NH, DH] (index 0: the initial states).
@@ -17,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..cells import get_cell
+from ..library import flashrnn_op
 from ..runtime.codegen import render
 from ..runtime.compile import get_kernel
 from ..runtime.launch import launch
@@ -101,7 +105,7 @@ def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
     G, S = spec.gate_count, spec.state_count
     if Wx.dim() != 5:
         raise ValueError(f"Wx must be [B, T, G, NH, DH], got shape {tuple(Wx.shape)}")
-    B, T, g, NH, DH = Wx.shape
+    B, T, _, NH, DH = Wx.shape
     expected = {"Wx": (B, T, G, NH, DH), "R": (G, NH, DH, DH), "b": (G, NH, DH), "states": (S, B, NH, DH)}
     for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
         if tuple(t.shape) != expected[name]:
@@ -121,52 +125,49 @@ def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
         raise ValueError(f"batch {B} needs more than {_MAX_GRID_Y} batch tiles; split the batch")
 
 
-class FusedRNNFunction(torch.autograd.Function):
-    """Autograd wrapper of the fused forward and backward kernels."""
+def fused_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
+                  training: bool) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """One forward launch on checked inputs. Returns (h [B, T, NH, DH], last [S, B, NH, DH], gates_save,
+    states_save): the fp32 values the backward reads, None when not `training` (states_save also None for S = 1)."""
+    B, T, G, NH, DH = Wx.shape
+    S = states.shape[0]
+    h = _empty((B, T, NH, DH), Wx)
+    config = _launch_for(cell, h, "forward")
+    last = _empty((S, B, NH, DH), Wx)
+    gates_save = _empty((B, T, G, NH, DH), Wx, torch.float32) if training else None
+    states_save = _empty((S - 1, B, T + 1, NH, DH), Wx, torch.float32) if training and S > 1 else None
+    launch(config.kernel, config.grid, config.block,
+           (Wx, R, b, states, h, last, gates_save, states_save, _scratch(config, Wx), B, T),
+           shared_mem=config.smem_bytes, device=Wx.device)
+    return h, last, gates_save, states_save
 
-    @staticmethod
-    def forward(ctx: Any, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
-        B, T, G, NH, DH = Wx.shape
-        S = states.shape[0]
-        training = any(ctx.needs_input_grad[:4])
-        h = _empty((B, T, NH, DH), Wx)
-        config = _launch_for(cell, h, "forward")
-        last = _empty((S, B, NH, DH), Wx)
-        gates_save = _empty((B, T, G, NH, DH), Wx, torch.float32) if training else None
-        states_save = _empty((S - 1, B, T + 1, NH, DH), Wx, torch.float32) if training and S > 1 else None
-        launch(config.kernel, config.grid, config.block,
-               (Wx, R, b, states, h, last, gates_save, states_save, _scratch(config, Wx), B, T),
-               shared_mem=config.smem_bytes, device=Wx.device)
-        if training:
-            ctx.save_for_backward(R, states, h, gates_save, states_save)
-            ctx.cell = cell
-        return h, last
 
-    @staticmethod
-    def backward(ctx: Any, d_h: Tensor, d_last: Tensor) -> tuple[Tensor | None, ...]:
-        R, states, h, gates_save, states_save = ctx.saved_tensors
-        B, T, NH, DH = h.shape
-        G, S = R.shape[0], states.shape[0]
-        d_h, d_last = d_h.to(h.dtype).contiguous(), d_last.to(h.dtype).contiguous()
-        config = _launch_for(ctx.cell, h, "backward")
-        d_wx = _empty((B, T, G, NH, DH), h)
-        d_states = _empty((S, B, NH, DH), h)
-        launch(config.kernel, config.grid, config.block,
-               (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h), B, T),
-               shared_mem=config.smem_bytes, device=h.device)
-        h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
-        d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
-        d_b = d_wx.sum(dim=(0, 1), dtype=torch.float32).to(h.dtype)
-        return d_wx, d_r.to(h.dtype), d_b, d_states, None
+def fused_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, states_save: Tensor | None,
+                   d_h: Tensor, d_last: Tensor, cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One backward launch plus the dR / db reductions. d_h [B, T, NH, DH], d_last [S, B, NH, DH] (any float
+    dtype, cast to h's). Returns the gradients of (Wx, R, b, states) in h's dtype."""
+    B, T, NH, DH = h.shape
+    G, S = R.shape[0], states.shape[0]
+    d_h, d_last = d_h.to(h.dtype).contiguous(), d_last.to(h.dtype).contiguous()
+    config = _launch_for(cell, h, "backward")
+    d_wx = _empty((B, T, G, NH, DH), h)
+    d_states = _empty((S, B, NH, DH), h)
+    launch(config.kernel, config.grid, config.block,
+           (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h), B, T),
+           shared_mem=config.smem_bytes, device=h.device)
+    h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
+    d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
+    d_b = d_wx.sum(dim=(0, 1), dtype=torch.float32).to(h.dtype)
+    return d_wx, d_r.to(h.dtype), d_b, d_states
 
 
 def flashrnn_fused(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str = "lstm") -> tuple[Tensor, Tensor]:
-    """Run `cell` over the sequence with the fused kernels.
+    """Run `cell` over the sequence with the fused kernels (as the custom op `flashrnn_kernels::flashrnn_forward`).
 
     Wx [B, T, G, NH, DH], R [G, NH, DH, DH], b [G, NH, DH], states [S, B, NH, DH] (CUDA, one dtype of bf16/fp16/
     fp32, contiguous). Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the input dtype; differentiable
-    with respect to all four inputs.
+    with respect to all four inputs, and traceable by torch.compile.
     """
     name = get_cell(cell).name
     _check(Wx, R, b, states, name)
-    return FusedRNNFunction.apply(Wx, R, b, states, name)
+    return flashrnn_op(Wx, R, b, states, name)

@@ -1,4 +1,4 @@
-"""The autograd wrapper's host path without a GPU: kernels and launches are recorded instead of run.
+"""The launchers' host path without a GPU: kernels and launches are recorded instead of run.
 
 Checks that a call's launch record (grid, block, shared memory, scratch) is the plan's, that it is derived once
 per problem, and that the backward returns gradients of the inputs' shapes and dtype (the backward kernel writes
@@ -46,7 +46,7 @@ def test_launch_record_matches_plan(recorded, B, NH, DH):
     launches, compiled = recorded
     Wx, R, b, states = _inputs(B, 5, NH, DH, torch.bfloat16, grad=False)
     for _ in range(3):
-        function.FusedRNNFunction.apply(Wx, R, b, states, "lstm")
+        function.fused_forward(Wx, R, b, states, "lstm", training=False)
     expected = plan("lstm", B, NH, DH, torch.bfloat16, gpu="H200", direction="forward")
     opt_in = ["cluster opt-in"] if expected.nonportable_cluster else []
     assert compiled == ["flashrnn_fused_forward", *opt_in]
@@ -66,12 +66,14 @@ def test_launch_record_matches_plan(recorded, B, NH, DH):
 def test_backward_gradients_have_input_shapes_and_dtype(recorded, dtype):
     launches, compiled = recorded
     B, T, NH, DH = 4, 6, 2, 32
-    inputs = _inputs(B, T, NH, DH, dtype, grad=True)
-    h, last = function.FusedRNNFunction.apply(*inputs, "lstm")
-    assert launches[0]["args"][6].dtype == torch.float32  # saved gate values stay fp32
-    (h.float().sum() + last.float().sum()).backward()
+    Wx, R, b, states = _inputs(B, T, NH, DH, dtype, grad=False)
+    h, last, gates_save, states_save = function.fused_forward(Wx, R, b, states, "lstm", training=True)
+    assert launches[0]["args"][6] is gates_save and gates_save.dtype == torch.float32  # saved gate values stay fp32
+    assert states_save.shape == (1, B, T + 1, NH, DH) and states_save.dtype == torch.float32
+    grads = function.fused_backward(R, states, h, gates_save, states_save, torch.ones_like(h), torch.ones_like(last),
+                                    "lstm")
     assert compiled == ["flashrnn_fused_forward", "flashrnn_fused_backward"]
     d_wx = launches[1]["args"][7]
-    assert d_wx.dtype == dtype and d_wx.shape == (B, T, 4, NH, DH)
-    for t in inputs:
-        assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == dtype
+    assert grads[0] is d_wx and d_wx.dtype == dtype and d_wx.shape == (B, T, 4, NH, DH)
+    for t, grad in zip((Wx, R, b, states), grads):
+        assert grad.shape == t.shape and grad.dtype == dtype

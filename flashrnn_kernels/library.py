@@ -1,0 +1,284 @@
+"""The kernels as torch.library custom ops: one opaque graph node each under torch.compile, with autograd.
+
+Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cannot carry a CellSpec):
+  flashrnn_forward(Wx, R, b, states, cell, training) -> (h, last, gates_save, states_save)
+  flashrnn_backward(Wx?, R, b, states, h, gates_save, states_save, d_h, d_last, cell) -> (dWx, dR, db, dstates)
+  scan_forward(cell, inputs, h0?) -> h
+  scan_backward(cell, inputs, h0?, dh, h) -> [d input..., dh0 (when h0 is given)]
+CUDA runs the kernels (fused/function.py, scan/function.py). CPU runs the pure-PyTorch references
+(fused/reference.py, scan/reference.py) forward; their backward ops are written out here (the cell's pointwise
+backward in reverse, the reverse linear scan), as autograd does not run inside an op's implementation. Each op
+has a fake implementation (shapes and dtypes only) and its autograd is registered with `register_autograd`.
+
+`flashrnn_op` and `scan_op` are the entry points; inputs are assumed checked by the callers (`flashrnn`,
+`flashrnn_fused`, the scan API).
+"""
+
+import torch
+from torch import Tensor
+
+from .cells import CELLS
+from .fused.reference import flashrnn_reference
+from .scan import reference as scan_reference
+from .scan.function import run_scan
+
+SCAN_LOOPS = {
+    "linear": scan_reference.linear_scan_loop,
+    "min_gru": scan_reference.min_gru_loop,
+    "min_lstm": scan_reference.min_lstm_loop,
+}
+"""Scan cells by name, with their reference loops (the CPU implementation)."""
+
+
+def _fused_saves(Wx: Tensor, states: Tensor, training: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shapes of (gates_save, states_save): filled by the CUDA forward when training, else empty ((0,))."""
+    B, T, G, NH, DH = Wx.shape
+    S = states.shape[0]
+    if not training or Wx.device.type != "cuda":
+        return (0,), (0,)
+    return (B, T, G, NH, DH), ((S - 1, B, T + 1, NH, DH) if S > 1 else (0,))
+
+
+def _cell(name: str) -> str:
+    if name not in CELLS:
+        raise ValueError(f"unknown cell {name!r} for flashrnn_kernels::flashrnn_*; registered cells: {sorted(CELLS)}")
+    return name
+
+
+def _contiguous(t: Tensor) -> Tensor:
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _reference_backward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, d_h: Tensor, d_last: Tensor,
+                        cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of flashrnn_reference's (h, last) w.r.t. (Wx, R, b, states), by the cell's pointwise backward
+    (CellSpec.torch_backward) run in reverse over the steps, as the CUDA backward does; no autograd, which does
+    not run inside an op's implementation. Same compute dtype as the reference."""
+    spec = CELLS[cell]
+    out_dtype = Wx.dtype
+    compute = out_dtype if out_dtype in (torch.float32, torch.float64) else torch.float32
+    Wx, R, b, states, d_h, d_last = (t.to(compute) for t in (Wx, R, b, states, d_h, d_last))
+    first = spec.states[0]
+    current = {name: states[k] for k, name in enumerate(spec.states)}
+    steps = []  # (previous states, gate values, new states) per step
+    for t in range(Wx.shape[1]):
+        pre = Wx[:, t] + b + torch.einsum("gnoi,bni->bgno", R, current[first])
+        new, gates = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
+        steps.append((current, gates, new))
+        current = new
+    d_state = {name: d_last[k] for k, name in enumerate(spec.states)}
+    d_wx = torch.empty_like(Wx)
+    for t in reversed(range(Wx.shape[1])):
+        previous, gates, new = steps[t]
+        d_state[first] = d_state[first] + d_h[:, t]
+        d_pre, d_previous = spec.torch_backward(gates, previous, new, d_state)
+        d_wx[:, t] = torch.stack([torch.broadcast_to(d_pre[g], Wx[:, t, 0].shape) for g in spec.gates], dim=1)
+        d_previous[first] = d_previous[first] + torch.einsum("gnoi,bgno->bni", R, d_wx[:, t])
+        d_state = d_previous
+    h_prev = torch.stack([steps[t][0][first] for t in range(Wx.shape[1])], dim=1)  # [B, T, NH, DH]
+    d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
+    d_states = torch.stack([torch.broadcast_to(d_state[name], states[0].shape) for name in spec.states])
+    grads = (d_wx, d_r, d_wx.sum(dim=(0, 1)), d_states)
+    return tuple(_contiguous(g.to(out_dtype)) for g in grads)
+
+
+# ---- flashrnn: the recurrent cells -------------------------------------------------------------------------
+
+@torch.library.custom_op("flashrnn_kernels::flashrnn_forward", mutates_args=(), device_types="cpu")
+def flashrnn_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
+                     training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Wx [B, T, G, NH, DH], R [G, NH, DH, DH], b [G, NH, DH], states [S, B, NH, DH] -> (h [B, T, NH, DH],
+    last [S, B, NH, DH], gates_save, states_save); the saves are the fp32 values the CUDA backward reads (empty on
+    CPU and when not `training`)."""
+    h, last = flashrnn_reference(Wx, R, b, states, _cell(cell))
+    gates_shape, states_shape = _fused_saves(Wx, states, training)
+    return h, last, Wx.new_empty(gates_shape, dtype=torch.float32), Wx.new_empty(states_shape, dtype=torch.float32)
+
+
+@flashrnn_forward.register_kernel("cuda")
+def _flashrnn_forward_cuda(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
+                           training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    # plans with the solver: imported when a kernel runs
+    from .fused.function import fused_forward
+
+    h, last, gates_save, states_save = fused_forward(Wx, R, b, states, _cell(cell), training)
+    empty = Wx.new_empty(0, dtype=torch.float32)
+    return h, last, empty if gates_save is None else gates_save, empty.clone() if states_save is None else states_save
+
+
+@flashrnn_forward.register_fake
+def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
+                           training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    B, T, _, NH, DH = Wx.shape
+    gates_shape, states_shape = _fused_saves(Wx, states, training)
+    return (Wx.new_empty(B, T, NH, DH), Wx.new_empty(states.shape), Wx.new_empty(gates_shape, dtype=torch.float32),
+            Wx.new_empty(states_shape, dtype=torch.float32))
+
+
+@torch.library.custom_op("flashrnn_kernels::flashrnn_backward", mutates_args=(), device_types="cpu")
+def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor, gates_save: Tensor,
+                      states_save: Tensor, d_h: Tensor, d_last: Tensor,
+                      cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of (Wx, R, b, states) from d_h [B, T, NH, DH] and d_last [S, B, NH, DH]. CPU: recomputes the
+    reference from Wx (required there); CUDA: the backward kernel on the forward's saves (Wx unused, may be None)."""
+    if Wx is None:
+        raise ValueError("flashrnn_kernels::flashrnn_backward on CPU recomputes the forward and needs Wx, got None")
+    return _reference_backward(Wx, R, b, states, d_h, d_last, _cell(cell))
+
+
+@flashrnn_backward.register_kernel("cuda")
+def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor,
+                            gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor,
+                            cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    from .fused.function import fused_backward
+
+    if gates_save.numel() == 0:
+        raise ValueError("flashrnn_kernels::flashrnn_backward got no saved gate values: the forward ran with "
+                         "training=False; run it with training=True to differentiate")
+    saved = states_save if states_save.numel() else None
+    grads = fused_backward(R, states, h, gates_save, saved, d_h, d_last, _cell(cell))
+    return tuple(g.contiguous() for g in grads)  # dR comes from an einsum, whose layout may be permuted
+
+
+@flashrnn_backward.register_fake
+def _flashrnn_backward_fake(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor,
+                            gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor,
+                            cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    B, T, NH, DH = h.shape
+    G = R.shape[0]
+    return h.new_empty(B, T, G, NH, DH), h.new_empty(R.shape), h.new_empty(b.shape), h.new_empty(states.shape)
+
+
+def _flashrnn_setup_context(ctx, inputs, output) -> None:
+    Wx, R, b, states, cell, _ = inputs
+    h, _, gates_save, states_save = output
+    ctx.cell = cell
+    ctx.set_materialize_grads(False)  # no zero-filled gradients for the saves or an unused output
+    ctx.mark_non_differentiable(gates_save, states_save)
+    ctx.save_for_backward(None if Wx.is_cuda else Wx, R, b, states, h, gates_save, states_save)
+
+
+def _flashrnn_autograd_backward(ctx, d_h: Tensor | None, d_last: Tensor | None, *_saves):
+    Wx, R, b, states, h, gates_save, states_save = ctx.saved_tensors
+    d_h = torch.zeros_like(h) if d_h is None else d_h
+    d_last = torch.zeros_like(states) if d_last is None else d_last
+    grads = flashrnn_backward(Wx, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell)
+    return *grads, None, None
+
+
+flashrnn_forward.register_autograd(_flashrnn_autograd_backward, setup_context=_flashrnn_setup_context)
+
+
+def flashrnn_op(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
+    """`flashrnn` through the custom op for a registered cell name: (h [B, T, NH, DH], last [S, B, NH, DH]).
+
+    Saves for the backward only when grad mode is on and an input requires grad."""
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))
+    h, last, _, _ = flashrnn_forward(Wx, R, b, states, cell, training)
+    return h, last
+
+
+# ---- scan: linear scan, minGRU, minLSTM ----------------------------------------------------------------------
+
+def _scan_loop(cell: str):
+    if cell not in SCAN_LOOPS:
+        raise ValueError(f"unknown scan cell {cell!r} for flashrnn_kernels::scan_*; valid: {sorted(SCAN_LOOPS)}")
+    return SCAN_LOOPS[cell]
+
+
+def _g_derivative(x: Tensor) -> Tensor:
+    """d/dx of scan_reference.g: 1 for x >= 0, sigmoid'(x) below."""
+    sig = torch.sigmoid(x)
+    return torch.where(x >= 0, torch.ones_like(x), sig * (1 - sig))
+
+
+def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor,
+                             h: Tensor) -> list[Tensor]:
+    """Gradients of the reference loop, in its dtype: the reverse scan g_t = dh_t + a_{t+1} g_{t+1} gives
+    da_t = g_t h_{t-1}, db_t = g_t and dh0 = a_1 g_1, then the chain rule through the cell's gates."""
+    if cell == "linear":
+        a = inputs[0]
+    elif cell == "min_gru":
+        a, _ = scan_reference.min_gru_gates(*inputs)
+    else:
+        a, _ = scan_reference.min_lstm_gates(*inputs)
+    a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)
+    g = scan_reference.linear_scan_loop(a_next.flip(1), dh.flip(1)).flip(1)
+    start = torch.zeros_like(h[:, :1]) if h0 is None else h0.unsqueeze(1)
+    da, db = g * torch.cat([start, h[:, :-1]], dim=1), g
+    if cell == "linear":
+        grads = [da, db]
+    elif cell == "min_gru":  # a = 1 - z, b = z g(h_pre), z = sigmoid(k)
+        k, h_pre = inputs
+        z = torch.sigmoid(k)
+        grads = [z * (1 - z) * (db * scan_reference.g(h_pre) - da), db * z * _g_derivative(h_pre)]
+    else:  # a = fs / (fs + is), b = is / (fs + is) g(h_pre), fs = sigmoid(f), is = sigmoid(i)
+        f, i, h_pre = inputs
+        fs, is_ = torch.sigmoid(f), torch.sigmoid(i)
+        total = fs + is_
+        # d(fs / total) = (is dfs - fs dis) / total^2 and d(is / total) = -d(fs / total)
+        d_ratio = (da - db * scan_reference.g(h_pre)) / (total * total)
+        grads = [d_ratio * is_ * fs * (1 - fs), -d_ratio * fs * is_ * (1 - is_),
+                 db * is_ / total * _g_derivative(h_pre)]
+    if h0 is not None:
+        grads.append(a[:, 0] * g[:, 0])
+    return [_contiguous(t) for t in grads]
+
+
+@torch.library.custom_op("flashrnn_kernels::scan_forward", mutates_args=(), device_types="cpu")
+def scan_forward(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
+    """h [B, T, D] of the scan `cell` over its inputs (each [B, T, D]) from h0 [B, D] (zeros when None)."""
+    return _scan_loop(cell)(*inputs, h0)
+
+
+@scan_forward.register_kernel("cuda")
+def _scan_forward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
+    _scan_loop(cell)
+    (h,) = run_scan(cell, "forward", tuple(inputs), h0)
+    return h
+
+
+@scan_forward.register_fake
+def _scan_forward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
+    return inputs[0].new_empty(inputs[0].shape)
+
+
+@torch.library.custom_op("flashrnn_kernels::scan_backward", mutates_args=(), device_types="cpu")
+def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor) -> list[Tensor]:
+    """Gradients of the inputs, then of h0 when it is given, from dh [B, T, D] (h: the forward's output; CPU
+    recomputes the forward instead)."""
+    _scan_loop(cell)
+    return _scan_reference_backward(cell, inputs, h0, dh, h)
+
+
+@scan_backward.register_kernel("cuda")
+def _scan_backward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor) -> list[Tensor]:
+    _scan_loop(cell)
+    *grads, grad_h0 = run_scan(cell, "backward", tuple(inputs), h0, dh.contiguous(), h)
+    return [*grads, grad_h0.to(h0.dtype)] if h0 is not None else grads
+
+
+@scan_backward.register_fake
+def _scan_backward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor,
+                        h: Tensor) -> list[Tensor]:
+    return [t.new_empty(t.shape) for t in (*inputs, *([] if h0 is None else [h0]))]
+
+
+def _scan_setup_context(ctx, inputs, output) -> None:
+    cell, tensors, h0 = inputs
+    ctx.cell, ctx.count, ctx.has_h0 = cell, len(tensors), h0 is not None
+    ctx.save_for_backward(output, h0, *tensors)
+
+
+def _scan_autograd_backward(ctx, dh: Tensor):
+    h, h0, *tensors = ctx.saved_tensors
+    grads = scan_backward(ctx.cell, tensors, h0, dh, h)
+    return None, grads[: ctx.count], grads[ctx.count] if ctx.has_h0 else None
+
+
+scan_forward.register_autograd(_scan_autograd_backward, setup_context=_scan_setup_context)
+
+
+def scan_op(cell: str, inputs: tuple[Tensor, ...], h0: Tensor | None) -> Tensor:
+    """h [B, T, D]: the scan `cell` ("linear", "min_gru", "min_lstm") through the custom op."""
+    return scan_forward(cell, list(inputs), h0)

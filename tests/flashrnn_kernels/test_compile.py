@@ -1,0 +1,247 @@
+"""torch.compile(fullgraph=True) of every module, and torch.library.opcheck of the custom ops.
+
+CPU: inductor (needs a C++ compiler) against eager in float64, outputs and all gradients; the graph holds the
+custom op rather than an unrolled step loop. GPU: the fused kernels compiled against the float64 reference, with
+outputs poisoned before each launch.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrnn_kernels import (
+    FlashElman,
+    FlashGRU,
+    FlashLSTM,
+    FlashSLSTM,
+    MinGRU,
+    MinLSTM,
+    library,
+)
+from flashrnn_kernels.cells import CELLS
+from flashrnn_kernels.dispatch import FUSED_CELLS
+from flashrnn_kernels.fused import function
+from tests.tolerances import TOLERANCES, relative_error
+
+RECURRENT = [FlashLSTM, FlashGRU, FlashSLSTM, FlashElman]
+LAYOUTS = {"1-layer": {}, "2-layer-bidirectional": {"num_layers": 2, "bidirectional": True}}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Every test compiles new module instances of a few classes: without a reset, dynamo's guards on `self` would
+    count them as recompiles of one forward and stop at its recompile limit."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _gradients(outputs, inputs: list[torch.Tensor], upstream) -> list[torch.Tensor]:
+    return list(torch.autograd.grad(outputs, inputs, upstream))
+
+
+def _flat(result) -> list[torch.Tensor]:
+    """(output, states) of a module as a flat list of tensors."""
+    output, states = result
+    return [output, *(states if isinstance(states, tuple) else (states,))]
+
+
+def _assert_matches_eager(module, compiled, args: tuple, kwargs: dict, bound: float) -> None:
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + list(module.parameters())
+    eager = _flat(module(*args, **kwargs))
+    got = _flat(compiled(*args, **kwargs))
+    upstream = [torch.randn_like(t) for t in eager]
+    for name, out, ref in zip(["output", "state 0", "state 1", "state 2", "state 3"], got, eager):
+        assert relative_error(out, ref) <= bound, name
+    names = ["x"] + [name for name, _ in module.named_parameters()]
+    for name, g, r in zip(names, _gradients(got, leaves, upstream), _gradients(eager, leaves, upstream)):
+        assert relative_error(g, r) <= bound, f"d{name}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("module_type", RECURRENT, ids=lambda t: t.__name__)
+def test_recurrent_modules_compile_fullgraph_on_cpu(module_type, layout):
+    module = module_type(5, 8, num_heads=2, backend="reference", **LAYOUTS[layout]).double()
+    compiled = torch.compile(module, fullgraph=True)
+    x = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)
+    _assert_matches_eager(module, compiled, (x,), {}, TOLERANCES[torch.float64]["rel"])
+
+
+@pytest.mark.parametrize("module_type", [FlashLSTM, FlashGRU], ids=lambda t: t.__name__)
+def test_lengths_and_initial_states_compile(module_type):
+    module = module_type(4, 6, backend="reference", num_layers=2, bidirectional=True, batch_first=False).double()
+    compiled = torch.compile(module, fullgraph=True)
+    x = torch.randn(7, 3, 4, dtype=torch.float64, requires_grad=True)
+    shape = (4, 3, 6)
+    states = tuple(torch.randn(shape, dtype=torch.float64) for _ in module.cell.states)
+    states = states[0] if len(states) == 1 else states
+    lengths = [5, 7, 2]  # a Python list: a CPU tensor of lengths is read with .tolist(), a graph break
+    _assert_matches_eager(module, compiled, (x, states), {"lengths": lengths}, TOLERANCES[torch.float64]["rel"])
+
+
+@pytest.mark.parametrize("module_type", [MinGRU, MinLSTM], ids=lambda t: t.__name__)
+def test_scan_modules_compile_fullgraph_on_cpu(module_type):
+    module = module_type(5, 8).double()
+    compiled = torch.compile(module, fullgraph=True)
+    x = torch.randn(3, 9, 5, dtype=torch.float64, requires_grad=True)
+    h0 = torch.rand(3, 8, dtype=torch.float64, requires_grad=True)
+    leaves = [x, h0, *module.parameters()]
+    eager, got = module(x, h0), compiled(x, h0)
+    assert relative_error(got, eager) <= TOLERANCES[torch.float64]["rel"]
+    upstream = torch.randn_like(eager)
+    for g, r in zip(_gradients(got, leaves, upstream), _gradients(eager, leaves, upstream)):
+        assert relative_error(g, r) <= TOLERANCES[torch.float64]["rel"]
+
+
+def test_graph_holds_the_custom_ops_and_not_the_step_loop():
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    lstm, gru = FlashLSTM(4, 8, backend="reference"), MinGRU(4, 8)
+    run = torch.compile(lambda x: lstm(x)[0] + gru(x), fullgraph=True, backend=record)
+    run(torch.randn(2, 50, 4))
+    (code,) = graphs
+    assert "flashrnn_kernels.flashrnn_forward" in code and "flashrnn_kernels.scan_forward" in code
+    assert "sigmoid" not in code  # the 50 steps' gate math stays inside the op
+
+
+def _recurrent_samples(device: str, dtype: torch.dtype, cells) -> list[tuple]:
+    samples = []
+    for cell in cells:
+        spec = CELLS[cell]
+        G, S, B, T, NH, DH = spec.gate_count, spec.state_count, 3, 5, 2, 16
+        shapes = [(B, T, G, NH, DH), (G, NH, DH, DH), (G, NH, DH), (S, B, NH, DH)]
+        for training in (True, False):
+            tensors = [(torch.randn(s, device=device, dtype=dtype) * 0.5).requires_grad_(training) for s in shapes]
+            samples.append((*tensors, cell, training))
+    return samples
+
+
+def _scan_samples(device: str, dtype: torch.dtype) -> list[tuple]:
+    samples = []
+    for cell, count in (("linear", 2), ("min_gru", 2), ("min_lstm", 3)):
+        for with_h0 in (True, False):
+            inputs = [torch.randn(2, 6, 8, device=device, dtype=dtype, requires_grad=True) for _ in range(count)]
+            h0 = torch.rand(2, 8, device=device, dtype=dtype, requires_grad=True) if with_h0 else None
+            samples.append((cell, inputs, h0))
+    return samples
+
+
+def _opcheck_all(device: str, dtype: torch.dtype, cells) -> None:
+    for sample in _recurrent_samples(device, dtype, cells):
+        torch.library.opcheck(library.flashrnn_forward, sample)
+        Wx, R, b, states, cell, training = sample
+        if training:
+            h, last, gates, saved = library.flashrnn_forward(*(t.detach() for t in (Wx, R, b, states)), cell, True)
+            backward_args = (None if Wx.is_cuda else Wx.detach(), R.detach(), b.detach(), states.detach(), h, gates,
+                             saved, torch.randn_like(h), torch.randn_like(last), cell)
+            torch.library.opcheck(library.flashrnn_backward, backward_args)
+    for cell, inputs, h0 in _scan_samples(device, dtype):
+        torch.library.opcheck(library.scan_forward, (cell, inputs, h0))
+        plain = [t.detach() for t in inputs]
+        h0 = None if h0 is None else h0.detach()
+        h = library.scan_forward(cell, plain, h0)
+        torch.library.opcheck(library.scan_backward, (cell, plain, h0, torch.randn_like(h), h))
+
+
+def test_opcheck_on_cpu():
+    _opcheck_all("cpu", torch.float64, sorted(CELLS))
+
+
+def test_cpu_backward_op_matches_autograd_through_the_reference():
+    from flashrnn_kernels.fused.reference import flashrnn_reference
+
+    for Wx, R, b, states, cell, training in _recurrent_samples("cpu", torch.float64, sorted(CELLS))[::2]:
+        h, last = library.flashrnn_op(Wx, R, b, states, cell)
+        h_ref, last_ref = flashrnn_reference(Wx, R, b, states, cell)
+        upstream = [torch.randn_like(h), torch.randn_like(last)]
+        got = _gradients([h, last], [Wx, R, b, states], upstream)
+        want = _gradients([h_ref, last_ref], [Wx, R, b, states], upstream)
+        for name, g, r in zip(("dWx", "dR", "db", "dstates"), got, want):
+            assert relative_error(g, r) <= TOLERANCES[torch.float64]["rel"], f"{cell} {name}"
+
+
+def test_cpu_scan_backward_op_matches_autograd_through_the_loop():
+    for cell, inputs, h0 in _scan_samples("cpu", torch.float64):
+        if cell == "linear":  # decays in (0, 1), as the gated cells produce
+            inputs = [torch.rand_like(inputs[0]).requires_grad_(), inputs[1]]
+        leaves = [*inputs, *([] if h0 is None else [h0])]
+        h = library.scan_op(cell, tuple(inputs), h0)
+        h_ref = library.SCAN_LOOPS[cell](*inputs, h0)
+        upstream = torch.randn_like(h)
+        for k, (g, r) in enumerate(zip(_gradients(h, leaves, upstream), _gradients(h_ref, leaves, upstream))):
+            assert relative_error(g, r) <= TOLERANCES[torch.float64]["rel"], f"{cell} gradient {k}"
+
+
+def test_unknown_cell_names_are_rejected_by_the_ops():
+    Wx, R, b, states, _, _ = _recurrent_samples("cpu", torch.float64, ["lstm"])[1]
+    with pytest.raises(ValueError, match="unknown cell 'lsmt'.*registered cells"):
+        library.flashrnn_forward(Wx, R, b, states, "lsmt", False)
+    with pytest.raises(ValueError, match="unknown scan cell 'gru'.*valid"):
+        library.scan_forward("gru", [torch.randn(2, 3, 4)] * 2, None)
+
+
+# ---- GPU -------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def _poison(monkeypatch):
+    monkeypatch.setattr(function, "POISON_OUTPUTS", True)
+
+
+def _cast_like(module, dtype: torch.dtype, device: str):
+    twin = type(module)(module.input_size, module.hidden_size, num_heads=module.num_heads, backend="fused",
+                        num_layers=module.num_layers, bidirectional=module.bidirectional)
+    twin.load_state_dict(module.state_dict())
+    return twin.to(device, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("cell", sorted(FUSED_CELLS))
+def test_fused_modules_compile_fullgraph_on_gpu(_poison, cell, layout, dtype):
+    module_type = next(t for t in RECURRENT if t.cell_name == cell)
+    oracle = module_type(48, 128, num_heads=2, backend="reference", **LAYOUTS[layout]).double()
+    model = _cast_like(oracle, dtype, "cuda")
+    compiled = torch.compile(model, fullgraph=True)
+    x64 = torch.randn(4, 33, 48, dtype=torch.float64, requires_grad=True)
+    x = x64.detach().to("cuda", dtype).requires_grad_()
+    got, want = _flat(compiled(x)), _flat(oracle(x64))
+    bound = TOLERANCES[dtype]["rel"]
+    for k, (out, ref) in enumerate(zip(got, want)):
+        assert out.dtype == dtype and relative_error(out, ref) <= bound, f"output {k}"
+    upstream = [torch.randn_like(t) for t in want]
+    got_grads = _gradients(got, [x, *model.parameters()], [u.to("cuda", dtype) for u in upstream])
+    want_grads = _gradients(want, [x64, *oracle.parameters()], upstream)
+    names = ["x"] + [name for name, _ in oracle.named_parameters()]
+    for name, g, r in zip(names, got_grads, want_grads):
+        assert relative_error(g, r) <= 3 * bound, f"d{name}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("module_type", [MinGRU, MinLSTM], ids=lambda t: t.__name__)
+def test_scan_modules_compile_fullgraph_on_gpu(module_type, dtype):
+    oracle = module_type(24, 96).double()
+    model = module_type(24, 96).to("cuda", dtype)
+    model.load_state_dict(oracle.state_dict())
+    compiled = torch.compile(model, fullgraph=True)
+    x64 = torch.randn(3, 300, 24, dtype=torch.float64, requires_grad=True)
+    h064 = torch.rand(3, 96, dtype=torch.float64, requires_grad=True)
+    x, h0 = (t.detach().to("cuda", dtype).requires_grad_() for t in (x64, h064))
+    got, want = compiled(x, h0), oracle(x64, h064)
+    bound = TOLERANCES[dtype]["rel"]
+    assert got.dtype == dtype and relative_error(got, want) <= bound
+    upstream = torch.randn_like(want)
+    got_grads = _gradients(got, [x, h0, *model.parameters()], upstream.to("cuda", dtype))
+    want_grads = _gradients(want, [x64, h064, *oracle.parameters()], upstream)
+    for name, g, r in zip(["x", "h0", "W_1", "W_2", "W_3"], got_grads, want_grads):
+        assert relative_error(g, r) <= 3 * bound, f"d{name}"
+
+
+@pytest.mark.gpu
+def test_opcheck_on_gpu(_poison):
+    _opcheck_all("cuda", torch.float32, sorted(FUSED_CELLS))
