@@ -8,9 +8,10 @@ import warnings
 import torch
 from torch import Tensor
 
-from .cells import CellSpec, get_cell
+from .cells import CELLS, CellSpec, get_cell
 from .fused.problem import HEAD_DIMS
 from .fused.reference import flashrnn_reference
+from .library import flashrnn_op
 from .validation import FUSED_DTYPES, check_contiguous, check_dtype, check_same_dtype_and_device, check_shapes
 
 BACKENDS: tuple[str, ...] = ("auto", "fused", "reference")
@@ -91,6 +92,8 @@ def flashrnn(
     tensors whose cell, dtype and head dim the kernel supports, else the reference with a one-time warning).
     dtype: cast all inputs to it first.
     Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.
+    torch.compile (fullgraph=True too) sees the fused kernel, and the reference on CPU, as one custom op
+    (`flashrnn_kernels.library`); a custom CellSpec, or the reference on CUDA, is traced as plain torch ops.
     """
     spec = get_cell(cell)
     if backend not in BACKENDS:
@@ -113,4 +116,6 @@ def flashrnn(
         from .fused.function import flashrnn_fused  # needs CuPy: imported only when the kernel runs
 
         return flashrnn_fused(Wx, R, b, states, spec.name)
+    if Wx.device.type == "cpu" and CELLS.get(spec.name) is spec:
+        return flashrnn_op(Wx, R, b, states, spec.name)  # the custom op's CPU implementation is the reference
     return flashrnn_reference(Wx, R, b, states, spec)
