@@ -6,6 +6,8 @@ outputs poisoned before each launch.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -191,11 +193,31 @@ def _poison(monkeypatch):
     monkeypatch.setattr(function, "POISON_OUTPUTS", True)
 
 
-def _cast_like(module, dtype: torch.dtype, device: str):
-    twin = type(module)(module.input_size, module.hidden_size, num_heads=module.num_heads, backend="fused",
-                        num_layers=module.num_layers, bidirectional=module.bidirectional)
-    twin.load_state_dict(module.state_dict())
-    return twin.to(device, dtype)
+MODULE_BOUNDS = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
+"""Relative error of a whole module against float64: the fused bounds plus the rounding of the torch projections
+and of each layer's output in the storage dtype (test_nn's bounds for the same comparison)."""
+
+
+def _check_gpu_against_eager_and_oracle(model, oracle, args: tuple, args64: tuple, dtype: torch.dtype) -> None:
+    """compiled(model) against eager model (same kernels) and against the float64 oracle, outputs and gradients."""
+    compiled = torch.compile(model, fullgraph=True)
+    results = {"compiled": compiled(*args), "eager": model(*args), "oracle": oracle(*args64)}
+    flat = {name: _flat(r) if isinstance(r, tuple) else [r] for name, r in results.items()}
+    leaves = [a for a in args if a is not None and a.requires_grad] + list(model.parameters())
+    leaves64 = [a for a in args64 if a is not None and a.requires_grad] + list(oracle.parameters())
+    upstream = [torch.randn_like(t) for t in flat["oracle"]]
+    grads = {
+        "compiled": _gradients(flat["compiled"], leaves, [u.to("cuda", dtype) for u in upstream]),
+        "eager": _gradients(flat["eager"], leaves, [u.to("cuda", dtype) for u in upstream]),
+        "oracle": _gradients(flat["oracle"], leaves64, upstream),
+    }
+    for reference, bound in (("eager", TOLERANCES[dtype]["rel"]), ("oracle", MODULE_BOUNDS[dtype])):
+        for k, (out, ref) in enumerate(zip(flat["compiled"], flat[reference])):
+            error = relative_error(out, ref)
+            assert out.dtype == dtype and error <= bound, f"output {k} vs {reference}: {error:.2e}"
+        for k, (g, r) in enumerate(zip(grads["compiled"], grads[reference])):
+            error = relative_error(g, r)
+            assert error <= 3 * bound, f"gradient {k} vs {reference}: {error:.2e}"
 
 
 @pytest.mark.gpu
@@ -204,42 +226,24 @@ def _cast_like(module, dtype: torch.dtype, device: str):
 @pytest.mark.parametrize("cell", sorted(FUSED_CELLS))
 def test_fused_modules_compile_fullgraph_on_gpu(_poison, cell, layout, dtype):
     module_type = next(t for t in RECURRENT if t.cell_name == cell)
-    oracle = module_type(48, 128, num_heads=2, backend="reference", **LAYOUTS[layout]).double()
-    model = _cast_like(oracle, dtype, "cuda")
-    compiled = torch.compile(model, fullgraph=True)
-    x64 = torch.randn(4, 33, 48, dtype=torch.float64, requires_grad=True)
-    x = x64.detach().to("cuda", dtype).requires_grad_()
-    got, want = _flat(compiled(x)), _flat(oracle(x64))
-    bound = TOLERANCES[dtype]["rel"]
-    for k, (out, ref) in enumerate(zip(got, want)):
-        assert out.dtype == dtype and relative_error(out, ref) <= bound, f"output {k}"
-    upstream = [torch.randn_like(t) for t in want]
-    got_grads = _gradients(got, [x, *model.parameters()], [u.to("cuda", dtype) for u in upstream])
-    want_grads = _gradients(want, [x64, *oracle.parameters()], upstream)
-    names = ["x"] + [name for name, _ in oracle.named_parameters()]
-    for name, g, r in zip(names, got_grads, want_grads):
-        assert relative_error(g, r) <= 3 * bound, f"d{name}"
+    model = module_type(48, 128, num_heads=2, backend="fused", **LAYOUTS[layout]).to("cuda", dtype)
+    oracle = copy.deepcopy(model).to("cpu", torch.float64)  # the same rounded weights, float64 math
+    oracle.backend = "reference"
+    x = torch.randn(4, 33, 48, device="cuda", dtype=dtype, requires_grad=True)
+    x64 = x.detach().to("cpu", torch.float64).requires_grad_()
+    _check_gpu_against_eager_and_oracle(model, oracle, (x,), (x64,), dtype)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("module_type", [MinGRU, MinLSTM], ids=lambda t: t.__name__)
 def test_scan_modules_compile_fullgraph_on_gpu(module_type, dtype):
-    oracle = module_type(24, 96).double()
     model = module_type(24, 96).to("cuda", dtype)
-    model.load_state_dict(oracle.state_dict())
-    compiled = torch.compile(model, fullgraph=True)
-    x64 = torch.randn(3, 300, 24, dtype=torch.float64, requires_grad=True)
-    h064 = torch.rand(3, 96, dtype=torch.float64, requires_grad=True)
-    x, h0 = (t.detach().to("cuda", dtype).requires_grad_() for t in (x64, h064))
-    got, want = compiled(x, h0), oracle(x64, h064)
-    bound = TOLERANCES[dtype]["rel"]
-    assert got.dtype == dtype and relative_error(got, want) <= bound
-    upstream = torch.randn_like(want)
-    got_grads = _gradients(got, [x, h0, *model.parameters()], upstream.to("cuda", dtype))
-    want_grads = _gradients(want, [x64, h064, *oracle.parameters()], upstream)
-    for name, g, r in zip(["x", "h0", "W_1", "W_2", "W_3"], got_grads, want_grads):
-        assert relative_error(g, r) <= 3 * bound, f"d{name}"
+    oracle = copy.deepcopy(model).to("cpu", torch.float64)
+    x = torch.randn(3, 300, 24, device="cuda", dtype=dtype, requires_grad=True)
+    h0 = torch.rand(3, 96, device="cuda", dtype=dtype, requires_grad=True)
+    args64 = tuple(t.detach().to("cpu", torch.float64).requires_grad_() for t in (x, h0))
+    _check_gpu_against_eager_and_oracle(model, oracle, (x, h0), args64, dtype)
 
 
 @pytest.mark.gpu
