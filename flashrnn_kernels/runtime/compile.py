@@ -84,8 +84,9 @@ def load_module(source: str, options: tuple[str, ...] = ()) -> Any:
 
 
 def get_kernel(source: str, name: str, options: tuple[str, ...] = (), dynamic_smem: int = 0) -> Any:
-    """A `cupy.RawKernel` from a compiled module, with its dynamic shared-memory limit raised when needed."""
+    """A `cupy.RawKernel` from a compiled module, with its dynamic shared-memory limit raised when needed (the
+    default limit is 48 KiB minus the kernel's static shared memory)."""
     kernel = load_module(source, options).get_function(name)
-    if dynamic_smem > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < dynamic_smem:
+    if kernel.max_dynamic_shared_size_bytes < dynamic_smem:
         kernel.max_dynamic_shared_size_bytes = dynamic_smem
     return kernel
