@@ -72,8 +72,9 @@ def ring_bytes(stages, inputs, chunk, tile, element_bytes):
 
 
 def static_smem(threads_t, tile, stages):
-    """Bytes of the kernel's static shared memory: maps (a, b) per row and channel, tickets, look-back index."""
-    return 4 * 2 * threads_t * tile + 4 * (stages + 1)
+    """Bytes of the kernel's static shared memory: maps (a, b) per row and channel, carries, tickets, look-back
+    index."""
+    return 4 * 2 * threads_t * tile + 4 * tile + 4 * (stages + 1)
 
 
 def register_cap(gpu: hwmodels.GPUModel, threads: int, min_blocks: int) -> int:

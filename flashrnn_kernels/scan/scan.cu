@@ -14,7 +14,8 @@
 //             and the stores.
 // Carries: inside a block, rows combine their affine maps (A, B) through shared memory; across blocks, chunks of
 // one lane chain by decoupled look-back on one status word per chunk (1: aggregate ready, 2: inclusive state
-// ready), read 32 chunks at a time by one warp.
+// ready), read 32 chunks at a time by one warp; the maps between a chunk and the nearest inclusive state are
+// composed by one warp per channel (a run per lane, then a shuffle tree).
 //
 // Cells (SCAN_CELL): 0 linear (x1 = a, x2 = b); 1 minGRU (x1 = k, x2 = h_pre): z = sigmoid(k), a = 1 - z,
 // b = z * g(h_pre); 2 minLSTM (x1 = f_pre, x2 = i_pre, x3 = h_pre): f = sigmoid(f_pre), i = sigmoid(i_pre),
@@ -281,6 +282,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     elem_t* ring = reinterpret_cast<elem_t*>(ring_bytes);
     __shared__ float s_a[SCAN_THREADS_T][SCAN_TILE];
     __shared__ float s_b[SCAN_THREADS_T][SCAN_TILE];
+    __shared__ float s_carry[SCAN_TILE];
     __shared__ int s_tickets[SCAN_STAGES], s_from;
 
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * SCAN_THREADS_D + tx;
@@ -391,19 +393,36 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 __threadfence();
             }
             __syncthreads();
-            const int from = s_from;
+            // The carry-in per channel: incl[from] through the maps of chunks from+1 .. chunk-1, composed by one
+            // warp per channel: lane l folds a contiguous run of those chunks, then the runs combine in order.
+            const int from = s_from, between = c.chunk - 1 - from;
+            const int per_lane = (between + 31) >> 5, lane_id = tid & 31;
+            const int first = from + 1 + lane_id * per_lane, last = min(first + per_lane, c.chunk);
+            for (int ch = tid >> 5; ch < SCAN_TILE; ch += SCAN_THREADS / 32) {
+                float ra = 1.0f, rb = 0.0f;
+#pragma unroll 4
+                for (int at = first; at < last; ++at) {
+                    const long long slot = ((long long)at * lanes + c.lane) * SCAN_TILE + ch;
+                    const float a = __ldcg(agg_a + slot);
+                    rb = fmaf(a, rb, __ldcg(agg_b + slot));
+                    ra *= a;
+                }
+#pragma unroll
+                for (int offset = 1; offset < 32; offset <<= 1) {  // lane l takes the runs of lanes l+1 .. after it
+                    float la = __shfl_down_sync(0xffffffffu, ra, offset), lb = __shfl_down_sync(0xffffffffu, rb, offset);
+                    if (lane_id + offset >= 32) la = 1.0f, lb = 0.0f;
+                    rb = fmaf(la, rb, lb);
+                    ra *= la;
+                }
+                if (lane_id == 0) s_carry[ch] = fmaf(ra, __ldcg(incl + ((long long)from * lanes + c.lane) * SCAN_TILE + ch), rb);
+            }
+            __syncthreads();
 #pragma unroll
             for (int k = 0; k < SCAN_PER_THREAD; ++k) {
                 const int j = ty + k * SCAN_THREADS_T, ch = tx * SCAN_VEC + j;
                 if (j >= SCAN_VEC) break;
-                float v = __ldcg(incl + ((long long)from * lanes + c.lane) * SCAN_TILE + ch);
-#pragma unroll 4
-                for (int at = from + 1; at < c.chunk; ++at) {
-                    const long long slot = ((long long)at * lanes + c.lane) * SCAN_TILE + ch;
-                    v = fmaf(__ldcg(agg_a + slot), v, __ldcg(agg_b + slot));
-                }
-                carry[k] = v;
-                if (c.chunk + 1 < chunks) incl[slot0 + ch] = fmaf(chunk_a[k], v, chunk_b[k]);
+                carry[k] = s_carry[ch];
+                if (c.chunk + 1 < chunks) incl[slot0 + ch] = fmaf(chunk_a[k], carry[k], chunk_b[k]);
             }
             if (c.chunk + 1 < chunks) {
                 __threadfence();
