@@ -1,5 +1,4 @@
-"""State tracking: a running parity or a running composition of permutations, learned by FlashLSTM, FlashSLSTM and
-a small Transformer.
+"""State tracking (running parity, S5 composition) learned by FlashLSTM, FlashSLSTM and a small Transformer.
 
 Both tasks need a state updated by every token: parity flips on every 1 bit; in the S5 word problem each token is
 one of the 120 permutations of 5 elements and the state is the composition of all of them so far (a word problem
@@ -273,6 +272,8 @@ if __name__ == "__main__":
     parser.add_argument("--task", choices=sorted(TASKS), help="what to track (default parity)")
     parser.add_argument("--quick", action="store_true", help="the task's small settings: minutes on a CPU")
     parser.add_argument("--steps", type=int, help="training steps per model (default: the task's)")
+    parser.add_argument("--batch", type=int, help="sequences per training step (default: the task's)")
+    parser.add_argument("--hidden-size", type=int, help="width of every model (default: the task's)")
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--out-dir", help=f"where the plots and summary go (default {DEFAULT_OUT_DIR})")
     main(**vars(parser.parse_args()))

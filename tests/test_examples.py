@@ -154,3 +154,15 @@ def test_state_tracking_rejects_an_unknown_task():
     module = _load(EXAMPLES_DIR / "state_tracking.py")
     with pytest.raises(ValueError, match="unknown task 'sorting'.*'parity', 's5'"):
         module.main(task="sorting", device="cpu")
+
+
+@pytest.mark.gpu
+def test_state_tracking_s5_runs_on_cuda(tmp_path):
+    module = _load(EXAMPLES_DIR / "state_tracking.py")
+    with contextlib.redirect_stdout(io.StringIO()):
+        results = module.main(task="s5", steps=20, eval_lengths=(16, 64), samples=64, device="cuda", out_dir=tmp_path)
+    assert results["settings"]["device"].startswith("cuda") and results["settings"]["hidden_size"] == 256
+    for name, result in results["models"].items():
+        assert all(0 <= accuracy <= 1 for accuracy in result["eval_accuracy"].values()), name
+        assert all(0 < loss < float("inf") for _, loss, _ in result["curve"]), name
+    assert Path(results["length_generalisation_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
