@@ -110,6 +110,17 @@ def test_graph_holds_the_custom_ops_and_not_the_step_loop():
     assert "sigmoid" not in code  # the 50 steps' gate math stays inside the op
 
 
+def test_new_sequence_lengths_reuse_the_dynamic_graph():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    gru, scan = FlashGRU(4, 8, backend="reference", num_layers=2, bidirectional=True), MinLSTM(16, 8)
+    run = torch.compile(lambda x: scan(gru(x)[0]), fullgraph=True, backend=counter)
+    for T in (5, 9, 13, 40):
+        run(torch.randn(2, T, 4)).sum().backward()
+    assert counter.frame_count == 2  # the first shape, then one graph with a symbolic T: no step loop to unroll
+
+
 def _recurrent_samples(device: str, dtype: torch.dtype, cells) -> list[tuple]:
     samples = []
     for cell in cells:
