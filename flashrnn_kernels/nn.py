@@ -117,6 +117,8 @@ class FlashRNNBase(nn.Module):
     own length, and the reverse direction starts at its own end (each layer and direction then makes one `flashrnn`
     call per distinct length, on the sequences still running). `dropout` applies to the outputs of every layer
     but the last while training. `backend` is passed to `flashrnn` ("auto", "fused" or "reference").
+    torch.compile(module, fullgraph=True) works (the kernels are custom ops); give `lengths` as a list of ints
+    there, as reading a tensor's values breaks the graph (each distinct list compiles once).
     """
 
     cell_name: ClassVar[str]
