@@ -69,7 +69,7 @@ def cases() -> dict:
         "linear_scan [8, 256, 1536] fp32": lambda: linear_scan(a, b),
         "run_scan (launcher, no checks or op)": lambda: run_scan("linear", "forward", (a, b), None),
         "CuPy launch, arguments prepared": lambda: kernel.kernel((blocks,), (p.threads_d, p.threads_t), prepared,
-                                                                 p.ring_bytes, stream),
+                                                                 0, stream),
         "fused LSTM 12x64 B=16 T=1024 bf16 forward": lambda: flashrnn(Wx, R, bias, backend="fused"),
         "torch.empty_like (reference point)": lambda: torch.empty_like(empty),
     }

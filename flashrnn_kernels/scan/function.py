@@ -25,8 +25,6 @@ KERNEL_NAME = "flashrnn_scan"
 TORCH_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 EPOCH_LIMIT = 1 << 29
 """Status words hold epoch * 4 + state in an int32: epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
-HEADER_WORDS = 2
-"""flags[0]: the ticket counter; flags[1]: finished blocks; the status words follow (scan.cu)."""
 
 _plans: dict[tuple, ScanPlan] = {}
 
@@ -49,18 +47,19 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
 
 @functools.cache
 def _kernel(p: ScanPlan):
-    return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.ring_bytes)
+    return get_kernel(p.source(), KERNEL_NAME)
 
 
 class StreamWorkspace:
-    """Counters + status words (int32) and the fp32 look-back maps, reused by every launch on one stream.
+    """Ticket counter + status words (int32) and the fp32 look-back maps, reused by every launch on one stream.
 
-    Launches on one stream run in order, so one buffer serves them all: the kernel hands its counters back at 0, and a status word written by an earlier launch carries an older epoch, which the kernel reads as "not
+    Launches on one stream run in order, so one buffer serves them all: the kernel hands the ticket counter back
+    at 0, and a status word written by an earlier launch carries an older epoch, which the kernel reads as "not
     ready". The words are zeroed only when the buffer grows or the epoch counter wraps."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.flags = torch.zeros(HEADER_WORDS, device=device, dtype=torch.int32)
+        self.flags = torch.zeros(1, device=device, dtype=torch.int32)
         self.work = torch.empty(3, 1, device=device, dtype=torch.float32)
         self.maps = tuple(self.work)
         self.epoch = 0
@@ -68,8 +67,8 @@ class StreamWorkspace:
     def take(self, status_words: int, work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
         """(flags, the three fp32 maps (agg_a, agg_b, incl), epoch) for one launch needing `status_words` words and
         `work_len` fp32 per map."""
-        if self.flags.numel() < HEADER_WORDS + status_words:
-            self.flags = torch.zeros(max(HEADER_WORDS + status_words, 2 * self.flags.numel()), device=self.device,
+        if self.flags.numel() < 1 + status_words:
+            self.flags = torch.zeros(max(1 + status_words, 2 * self.flags.numel()), device=self.device,
                                      dtype=torch.int32)
             self.epoch = 0
         if self.work.shape[1] < work_len:
@@ -89,7 +88,7 @@ _workspaces: dict[tuple[int, int], StreamWorkspace] = {}
 def _workspace(stream: torch.cuda.Stream, status_words: int,
                work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
     if torch.cuda.is_current_stream_capturing():  # a captured graph replays its arguments: fresh words each time
-        flags = torch.zeros(HEADER_WORDS + status_words, device=stream.device, dtype=torch.int32)
+        flags = torch.zeros(1 + status_words, device=stream.device, dtype=torch.int32)
         return flags, tuple(torch.empty(3, max(1, work_len), device=stream.device, dtype=torch.float32)), 1
     key = (stream.device_index, stream.cuda_stream)
     ws = _workspaces.get(key)
@@ -121,19 +120,18 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     d_tiles, chunks = p.d_tiles(D), p.chunks(T)
     lanes = B * d_tiles
-    tickets = lanes * chunks
     stream = torch.cuda.current_stream(x.device)
-    chained = tickets if chunks > 1 else 0
-    flags, maps, epoch = _workspace(stream, chained, chained * p.tile or 1)
+    multi = chunks > 1
+    flags, maps, epoch = _workspace(stream, lanes * chunks * p.tile if multi else 0,
+                                    lanes * chunks * p.tile if multi else 1)
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    blocks = min(tickets, p.min_blocks * _device_gpu(x.device.index or 0).sm_count)
-    launch(_kernel(p), (blocks,), (p.threads_d, p.threads_t),
+    launch(_kernel(p), (lanes * chunks,), (p.threads_d, p.threads_t),
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, flags,
-            T, D, d_tiles, lanes, chunks, epoch), shared_mem=p.ring_bytes, stream=stream)
+            T, D, d_tiles, lanes, chunks, epoch), stream=stream)
     return (*outs, grad_h0) if backward else outs
 class ScanFunction(torch.autograd.Function):
     """h = scan of the cell over its inputs; gradients from the reverse scan."""

@@ -1,9 +1,8 @@
 """ScanPlan: the scan kernel's compile-time shape, chosen by a constrint model from a ScanProblem and a GPUModel.
 
 Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread,
-one 16-byte access at most), `steps` (time steps each thread holds in registers), `stages` (chunks in the
-shared-memory input ring: the current one and the ones loading ahead) and `min_blocks` (resident blocks per SM the
-launch bounds promise; the grid is persistent, min_blocks per SM). Everything else (threads, chunk length, tile, shared memory, the register cap
+one 16-byte access at most), `steps` (time steps each thread holds in registers) and `min_blocks` (resident blocks
+per SM the launch bounds promise). Everything else (threads, chunk length, tile, shared memory, the register cap
 the launch bounds give ptxas) is derived here; scan.cu re-checks the block shape by static_assert. Neither T nor B
 enters the model: a chunk is `chunk_len` steps, and the number of chunks, ceil(T / chunk_len), is a launch-time
 quantity.
@@ -14,7 +13,8 @@ regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where 
 cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without spills.
 
 Cost, in order: enough bytes in flight per SM to cover loaded memory latency at full bandwidth (Little's law from
-the GPU's bandwidth and SM count; the bytes in flight are the ring stages loading ahead), 16-byte accesses, then the shortest chunk (most parallelism at short T and thin shapes), the least
+the GPU's bandwidth and SM count), enough resident warps that one block's look-back and stores overlap other
+blocks' loads, 16-byte accesses, then the shortest chunk (most parallelism at short T and thin shapes), the least
 padding along D, the fewest rows and larger blocks. A chunk must be long enough that the look-back traffic stays
 under 1/16 of the data.
 """
@@ -43,11 +43,8 @@ for 64 values."""
 LATENCY_NS = 2000
 """Memory latency the bytes in flight must cover (loaded DRAM latency on A100/H100-class parts is 0.6-2 us)."""
 
-TARGET_WARPS = 8
+TARGET_WARPS = 16
 """Resident warps per SM required, so that blocks in their look-back or store phase overlap blocks still loading."""
-
-PREFERRED_WARPS = 16
-"""Resident warps per SM preferred: each warp short of it costs as much as 2 KiB of bytes-in-flight shortfall."""
 
 LOOKBACK_BYTES = 16
 """Workspace bytes per channel and chunk of the look-back (aggregate a, b; inclusive state; status share)."""
@@ -56,7 +53,6 @@ MIN_BLOCKS_PER_SM = 2
 """Resident blocks per SM at least, so one block's loads overlap another's look-back and carry phases."""
 
 STEP_CHOICES = (2, 4, 8)
-STAGE_CHOICES = (2, 3, 4)
 
 POW2 = tuple(2**k for k in range(11))
 
@@ -64,17 +60,6 @@ POW2 = tuple(2**k for k in range(11))
 def register_need(steps: int, vec: int) -> int:
     """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD)."""
     return REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * steps * vec
-
-
-def ring_bytes(stages, inputs, chunk, tile, element_bytes):
-    """Bytes of the input ring (works on ints and on constrint expressions)."""
-    return stages * inputs * chunk * tile * element_bytes
-
-
-def static_smem(threads_t, tile, stages):
-    """Bytes of the kernel's static shared memory: maps (a, b) per row and channel, carries, tickets, look-back
-    index."""
-    return 4 * 2 * threads_t * tile + 4 * tile + 4 * (stages + 1)
 
 
 def register_cap(gpu: hwmodels.GPUModel, threads: int, min_blocks: int) -> int:
@@ -92,7 +77,6 @@ class ScanPlan:
     threads_t: int
     vec: int
     steps: int
-    stages: int
     min_blocks: int
     regs_estimate: int
     """Registers per thread ptxas may use: the cap __launch_bounds__(threads, min_blocks) gives it."""
@@ -112,14 +96,9 @@ class ScanPlan:
         return self.threads_t * self.steps
 
     @property
-    def ring_bytes(self) -> int:
-        """Dynamic shared memory: the input ring, `stages` chunks of every input in storage precision."""
-        return ring_bytes(self.stages, self.problem.input_count, self.chunk_len, self.tile, self.problem.element_bytes)
-
-    @property
     def smem_bytes(self) -> int:
-        """All shared memory of a block: per-row maps (a, b) in fp32, the ticket ring, and the input ring."""
-        return static_smem(self.threads_t, self.tile, self.stages) + self.ring_bytes
+        """Static shared memory: per-row maps (a, b), fp32, plus the ticket."""
+        return 4 * 2 * self.threads_t * self.tile + 4
 
     def d_tiles(self, hidden_dim: int) -> int:
         return -(-hidden_dim // self.tile)
@@ -134,7 +113,6 @@ class ScanPlan:
             "SCAN_THREADS_T": self.threads_t,
             "SCAN_VEC": self.vec,
             "SCAN_STEPS": self.steps,
-            "SCAN_STAGES": self.stages,
             "SCAN_MIN_BLOCKS": self.min_blocks,
             "SCAN_CELL": CELLS.index(self.problem.cell),
             "SCAN_REVERSE": int(self.problem.direction == "backward"),
@@ -156,13 +134,11 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     tt = m.int_var(values=[v for v in POW2 if v <= 32], name="threads_t")
     vec = m.int_var(values=[v for v in POW2 if v * esize <= 16], name="vec")
     steps = m.int_var(values=list(STEP_CHOICES), name="steps")
-    stages = m.int_var(values=list(STAGE_CHOICES), name="stages")
     occ = m.int_var(MIN_BLOCKS_PER_SM, min(16, gpu.max_blocks_per_sm), "occupancy")
     d_tiles = m.int_var(1, dim, "d_tiles")
     m.int_var(esize, esize, "access_bytes_per_element")
     threads, tile, chunk = td * tt, td * vec, tt * steps
-    stage_bytes = inputs * chunk * tile * esize
-    smem = static_smem(tt, tile, stages) + stages * stage_bytes + gpu.smem_reserved_per_block
+    smem = 4 * 2 * tt * tile + 4 + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
     m.add(m.divides(vec, dim), name="vec_divides_hidden_dim")
@@ -174,28 +150,26 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(need * threads <= gpu.regs_per_block, name="regs_per_block")
-    m.add(smem <= gpu.smem_per_block_optin, name="smem_per_block_optin")
+    m.add(smem <= gpu.smem_per_block, name="static_smem_per_block")
     m.add(chunk * (inputs + 1) * esize >= 16 * LOOKBACK_BYTES, name="lookback_under_1_16")
     m.add(occ * threads <= gpu.max_threads_per_sm, name="occupancy_threads")
     m.add(occ * need * threads <= gpu.regs_per_sm, name="occupancy_registers")  # launch-bound cap >= need
     m.add(occ * smem <= gpu.smem_per_sm, name="occupancy_smem")
     target_kib = gpu.memory_bandwidth // gpu.sm_count * LATENCY_NS // 10**9 // 1024 + 1
     shortfall = m.int_var(0, target_kib, "shortfall_kib")
-    in_flight = occ * (stages - 1) * stage_bytes  # bytes of the chunks loading ahead, per SM
+    in_flight = occ * threads * steps * inputs * 16  # bytes of loads issued before the first use, per SM
     m.add(shortfall * 1024 >= target_kib * 1024 - in_flight, name="shortfall_definition")
     m.add(occ * threads >= TARGET_WARPS * gpu.warp_size, name="resident_warps")
-    warps_short = m.int_var(0, PREFERRED_WARPS, "warps_short")
-    m.add(warps_short * gpu.warp_size >= PREFERRED_WARPS * gpu.warp_size - occ * threads, name="warps_short_definition")
     return m
 
 
 def objective(m: constrint.Model):
-    """Bytes-in-flight shortfall and missing warps first, then narrow accesses, chunk length, padding along D, rows,
+    """Bytes-in-flight shortfall first, then narrow accesses, chunk length, padding along D, rows,
     small blocks, registers."""
     v = m.var
     access_bytes = v("vec") * (v("access_bytes_per_element"))
     waste = v("d_tiles") * v("threads_d") * v("vec")
-    return (1024 * v("shortfall_kib") + 2048 * v("warps_short") + 8192 * (16 - access_bytes)
+    return (1024 * v("shortfall_kib") + 8192 * (16 - access_bytes)
             + 4 * v("threads_t") * v("steps") + waste // 16 + v("threads_t") + 1024 // (v("threads_d") * v("threads_t"))
             + v("steps") * v("vec") // 4)
 
@@ -207,10 +181,8 @@ def plan(problem: ScanProblem, gpu: hwmodels.GPUModel) -> ScanPlan:
     sol = m.minimize(objective(m))
     threads = sol["threads_d"] * sol["threads_t"]
     need = register_need(sol["steps"], sol["vec"])
-    tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
-    smem = static_smem(sol["threads_t"], tile, sol["stages"]) + ring_bytes(
-        sol["stages"], problem.input_count, chunk, tile, problem.element_bytes)
+    smem = 4 * 2 * sol["threads_t"] * sol["threads_d"] * sol["vec"] + 4
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
-                    vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
+                    vec=sol["vec"], steps=sol["steps"], min_blocks=blocks,
                     regs_estimate=register_cap(gpu, threads, blocks))

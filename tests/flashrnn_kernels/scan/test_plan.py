@@ -33,7 +33,7 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert p.threads % gpu.warp_size == 0 and p.threads <= gpu.max_threads_per_block
         assert p.vec * problem.element_bytes <= 16 and problem.hidden_dim % p.vec == 0
         assert p.tile <= problem.hidden_dim
-        assert p.regs_estimate <= gpu.max_regs_per_thread and p.smem_bytes <= gpu.smem_per_block_optin
+        assert p.regs_estimate <= gpu.max_regs_per_thread and p.smem_bytes <= gpu.smem_per_block
         need = register_need(p.steps, p.vec)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 2
