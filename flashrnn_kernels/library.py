@@ -45,6 +45,12 @@ def _cell(name: str) -> str:
     return name
 
 
+def _dense(*tensors: Tensor) -> tuple[Tensor, ...]:
+    """The kernels index with fixed strides: compiled graphs keep eager's strides for custom ops by default
+    (torch._functorch.config.custom_op_default_layout_constraint), and this holds where that setting is changed."""
+    return tuple(t.contiguous() for t in tensors)
+
+
 def _contiguous(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
@@ -101,6 +107,7 @@ def _flashrnn_forward_cuda(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cel
     # plans with the solver: imported when a kernel runs
     from .fused.function import fused_forward
 
+    Wx, R, b, states = _dense(Wx, R, b, states)
     h, last, gates_save, states_save = fused_forward(Wx, R, b, states, _cell(cell), training)
     empty = Wx.new_empty(0, dtype=torch.float32)
     return h, last, empty if gates_save is None else gates_save, empty.clone() if states_save is None else states_save
@@ -136,6 +143,7 @@ def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Ten
         raise ValueError("flashrnn_kernels::flashrnn_backward got no saved gate values: the forward ran with "
                          "training=False; run it with training=True to differentiate")
     saved = states_save if states_save.numel() else None
+    R, states, h, gates_save = _dense(R, states, h, gates_save)
     grads = fused_backward(R, states, h, gates_save, saved, d_h, d_last, _cell(cell))
     return tuple(g.contiguous() for g in grads)  # dR comes from an einsum, whose layout may be permuted
 
@@ -234,7 +242,7 @@ def scan_forward(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
 @scan_forward.register_kernel("cuda")
 def _scan_forward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
     _scan_loop(cell)
-    (h,) = run_scan(cell, "forward", tuple(inputs), h0)
+    (h,) = run_scan(cell, "forward", _dense(*inputs), h0 if h0 is None else h0.contiguous())
     return h
 
 
@@ -254,7 +262,8 @@ def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor
 @scan_backward.register_kernel("cuda")
 def _scan_backward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor) -> list[Tensor]:
     _scan_loop(cell)
-    *grads, grad_h0 = run_scan(cell, "backward", tuple(inputs), h0, dh.contiguous(), h)
+    h0 = h0 if h0 is None else h0.contiguous()
+    *grads, grad_h0 = run_scan(cell, "backward", _dense(*inputs), h0, dh.contiguous(), h.contiguous())
     return [*grads, grad_h0.to(h0.dtype)] if h0 is not None else grads
 
 
