@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import (
-    library,  # a module object: library imports this package's reference and launcher in turn
-)
+# the module object, not its names: library imports this package's reference and launcher in turn
+from .. import library
 from .function import TORCH_DTYPES
 
 REFERENCE_DTYPES = (*TORCH_DTYPES, torch.float64)
