@@ -1,4 +1,5 @@
-"""`flashrnn`: the public recurrent op, and the single decision between the fused CUDA kernel and the reference."""
+"""`flashrnn`: the public recurrent op, and the single decision between the fused kernel, the alternating backend
+and the reference."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +15,7 @@ from .fused.reference import flashrnn_reference
 from .library import flashrnn_op
 from .validation import FUSED_DTYPES, check_contiguous, check_dtype, check_same_dtype_and_device, check_shapes
 
-BACKENDS: tuple[str, ...] = ("auto", "fused", "reference")
+BACKENDS: tuple[str, ...] = ("auto", "fused", "alternating", "reference")
 FUSED_CELLS: frozenset[str] = frozenset({"lstm", "gru", "slstm", "elman"})
 """Cells the fused kernel implements; other cells run on the reference."""
 
@@ -30,38 +31,58 @@ def _cupy_importable() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
-def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell: CellSpec, head_dim: int) -> str:
-    """"fused" or "reference" for these inputs; "auto" warns once per reason when it falls back to the reference."""
+@functools.lru_cache(maxsize=1024)
+def _planned_backend(cell: str, batch: int, num_heads: int, head_dim: int, dtype: torch.dtype, device_index: int,
+                     training: bool) -> str:
+    """"fused" when the fused planner tiles this problem (both directions when training), else "alternating"."""
+    from .alternating.choice import choose
+
+    with torch.cuda.device(device_index):
+        return choose(cell, batch, num_heads, head_dim, dtype, training=training, fused_cells=FUSED_CELLS).backend
+
+
+def _require_cuda_kernel(backend: str, device: torch.device, cell: CellSpec, cells: frozenset[str] | None) -> None:
+    if device.type != "cuda":
+        raise ValueError(f"backend={backend!r} needs CUDA tensors, got tensors on {device}; move them with .cuda() "
+                         "or use backend='reference'")
+    registered = CELLS.get(cell.name) is cell and (cells is None or cell.name in cells)
+    if not registered:
+        known = sorted(cells if cells is not None else CELLS)
+        raise ValueError(f"backend={backend!r} has no kernel for cell {cell.name!r}; {backend} cells: {known}; "
+                         "use backend='reference'")
+
+
+def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell: CellSpec, head_dim: int,
+                   batch: int | None = None, num_heads: int | None = None, training: bool = True) -> str:
+    """"fused", "alternating" or "reference" for these inputs.
+
+    "auto" on CUDA takes the fused kernel when the planner tiles the problem (batch and num_heads given), the
+    alternating backend when it cannot (R too large for the chip, or a head_dim the fused kernel does not render),
+    and warns once per reason when it falls back to the reference (CPU tensors, a custom CellSpec, a dtype the
+    kernels do not compute in, no CuPy)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {list(BACKENDS)}")
     if backend == "reference":
         return "reference"
-    registered = cell.name in FUSED_CELLS and get_cell(cell.name) is cell
-    if backend == "fused":
-        if device.type != "cuda":
-            raise ValueError(
-                f"backend='fused' needs CUDA tensors, got tensors on {device}; move them with .cuda() "
-                "or use backend='reference'"
-            )
-        if not registered:
-            raise ValueError(
-                f"backend='fused' has no kernel for cell {cell.name!r}; fused cells: {sorted(FUSED_CELLS)}; "
-                "use backend='reference'"
-            )
-        return "fused"
+    if backend in ("fused", "alternating"):
+        _require_cuda_kernel(backend, device, cell, FUSED_CELLS if backend == "fused" else None)
+        return backend
     reason = None
     if device.type != "cuda":
-        reason = f"inputs are on {device} and the fused kernel needs CUDA"
-    elif not registered:
-        reason = f"the fused kernel does not implement cell {cell.name!r} (fused cells: {sorted(FUSED_CELLS)})"
-    elif head_dim not in HEAD_DIMS:
-        reason = f"the fused kernel does not support head_dim={head_dim} (supported: {list(HEAD_DIMS)})"
+        reason = f"inputs are on {device} and the CUDA kernels need a GPU"
+    elif CELLS.get(cell.name) is not cell:
+        reason = f"cell {cell.name!r} is a custom CellSpec; the CUDA kernels are built for {sorted(CELLS)}"
     elif dtype not in FUSED_DTYPES:
-        reason = f"the fused kernel does not support {dtype} (supported: {[str(d) for d in FUSED_DTYPES]})"
+        reason = f"the CUDA kernels do not support {dtype} (supported: {[str(d) for d in FUSED_DTYPES]})"
     elif not _cupy_importable():
         reason = "CuPy is not installed (pip install 'flashrnn-kernels[gpu]')"
     if reason is None:
-        return "fused"
+        if cell.name not in FUSED_CELLS or head_dim not in HEAD_DIMS:
+            return "alternating"
+        if batch is None or num_heads is None:
+            return "fused"
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _planned_backend(cell.name, batch, num_heads, head_dim, dtype, index, training)
     if reason not in _warned:
         _warned.add(reason)
         warnings.warn(
@@ -88,8 +109,10 @@ def flashrnn(
     (LSTM: h, c; gates i, f, z, o as torch.nn.LSTM's i, f, g, o).
     cell: a name in `flashrnn_kernels.cells.CELLS` ("lstm", "gru", "slstm", "elman") or a CellSpec; the fused
     kernel implements the cells in FUSED_CELLS, the reference runs any cell.
-    backend: "fused" (CUDA kernel), "reference" (PyTorch loop, any device) or "auto" (fused for CUDA
-    tensors whose cell, dtype and head dim the kernel supports, else the reference with a one-time warning).
+    backend: "fused" (the persistent CUDA kernel), "alternating" (per step one cuBLAS GEMM and one pointwise kernel,
+    replayed from a CUDA graph: for weights too large for the chip), "reference" (PyTorch loop, any device) or
+    "auto" (on CUDA the fused kernel when the planner tiles the problem, else the alternating backend; the
+    reference with a one-time warning for CPU tensors, custom CellSpecs or other dtypes).
     dtype: cast all inputs to it first.
     Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.
     torch.compile (fullgraph=True too) sees the fused kernel, and the reference on CPU, as one custom op
@@ -107,7 +130,9 @@ def flashrnn(
         tensors = {name: tensor.to(dtype) for name, tensor in tensors.items()}
     check_same_dtype_and_device(tensors)
     Wx, R, b = tensors["Wx"], tensors["R"], tensors["b"]
-    chosen = choose_backend(backend, Wx.device, Wx.dtype, spec, shape.head_dim)
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors.values())
+    chosen = choose_backend(backend, Wx.device, Wx.dtype, spec, shape.head_dim, shape.batch, shape.head_count,
+                            training)
     check_dtype(Wx.dtype, chosen)
     states = tensors.get("states")
     if states is None:
@@ -116,6 +141,10 @@ def flashrnn(
         from .fused.function import flashrnn_fused  # needs CuPy: imported only when the kernel runs
 
         return flashrnn_fused(Wx, R, b, states, spec.name)
+    if chosen == "alternating":
+        from .alternating.function import flashrnn_alternating  # needs CuPy
+
+        return flashrnn_alternating(Wx, R, b, states, spec.name)
     if Wx.device.type == "cpu" and CELLS.get(spec.name) is spec:
         return flashrnn_op(Wx, R, b, states, spec.name)  # the custom op's CPU implementation is the reference
     return flashrnn_reference(Wx, R, b, states, spec)

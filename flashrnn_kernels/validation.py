@@ -82,6 +82,6 @@ def check_contiguous(tensors: dict[str, Tensor]) -> None:
 
 def check_dtype(dtype: torch.dtype, backend: str) -> None:
     """The dtype is one the backend computes in."""
-    allowed = FUSED_DTYPES if backend == "fused" else REFERENCE_DTYPES
+    allowed = FUSED_DTYPES if backend in ("fused", "alternating") else REFERENCE_DTYPES
     if dtype not in allowed:
         raise TypeError(f"backend {backend!r} supports dtypes {[str(d) for d in allowed]}, got {dtype}")

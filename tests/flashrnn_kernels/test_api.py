@@ -81,14 +81,15 @@ def test_non_contiguous_input_asks_for_contiguous():
 def test_unknown_cell_and_backend_list_valid_choices():
     with pytest.raises(ValueError, match=r"unknown cell 'lstmm'; known cells: \[.*'lstm'.*\]"):
         _call(cell="lstmm")
-    with pytest.raises(ValueError, match=r"unknown backend 'cuda'; valid backends: \['auto', 'fused', 'reference'\]"):
+    with pytest.raises(ValueError, match=r"unknown backend 'cuda'; valid backends: \['auto', 'fused', 'alternating', 'reference'\]"):
         _call(backend="cuda")
 
 
-def test_fused_on_cpu_is_a_clear_error():
-    message = r"backend='fused' needs CUDA tensors, got tensors on cpu.*backend='reference'"
+@pytest.mark.parametrize("backend", ["fused", "alternating"])
+def test_cuda_backends_on_cpu_are_a_clear_error(backend):
+    message = rf"backend='{backend}' needs CUDA tensors, got tensors on cpu.*backend='reference'"
     with pytest.raises(ValueError, match=message):
-        _call(backend="fused")
+        _call(backend=backend)
 
 
 def test_dtype_casts_every_input():
@@ -119,7 +120,7 @@ def test_gradients_flow_to_every_input():
 def test_auto_on_cpu_warns_once_and_uses_reference(monkeypatch):
     monkeypatch.setattr(dispatch, "_warned", set())
     inputs = _inputs(dtype=torch.float64)
-    with pytest.warns(ReferenceFallbackWarning, match=r"inputs are on cpu and the fused kernel needs CUDA"):
+    with pytest.warns(ReferenceFallbackWarning, match=r"inputs are on cpu and the CUDA kernels need a GPU"):
         result = flashrnn(**inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReferenceFallbackWarning)
@@ -132,7 +133,7 @@ def test_auto_on_cpu_warns_once_and_uses_reference(monkeypatch):
     [
         (torch.bfloat16, True, "fused", None),
         (torch.float32, True, "fused", None),
-        (torch.float64, True, "reference", r"does not support torch.float64"),
+        (torch.float64, True, "reference", r"do not support torch.float64"),
         (torch.float16, False, "reference", r"CuPy is not installed"),
     ],
 )
@@ -170,17 +171,38 @@ def test_plan_is_exported_lazily():
     assert flashrnn_kernels.KernelPlan is plan_module.KernelPlan
 
 
-def test_auto_runs_cells_without_a_fused_kernel_on_the_reference(monkeypatch):
+def test_custom_cells_run_on_the_reference_and_have_no_cuda_kernel(monkeypatch):
     monkeypatch.setattr(dispatch, "_warned", set())
     monkeypatch.setattr(dispatch, "_cupy_importable", lambda: True)
-    with pytest.warns(ReferenceFallbackWarning, match=r"does not implement cell 'gru'"):
-        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("gru"), 64) == "reference"
-    with pytest.raises(ValueError, match=r"backend='fused' has no kernel for cell 'gru'; fused cells: \['lstm'\]"):
-        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, get_cell("gru"), 64)
+    gru = get_cell("gru")
+    custom = type(gru)("my_gru", gru.gates, gru.states, gru.forward, gru.backward)
+    with pytest.warns(ReferenceFallbackWarning, match=r"cell 'my_gru' is a custom CellSpec"):
+        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, custom, 64) == "reference"
+    fused = r"backend='fused' has no kernel for cell 'my_gru'; fused cells: \['elman', 'gru', 'lstm', 'slstm'\]"
+    with pytest.raises(ValueError, match=fused):
+        dispatch.choose_backend("fused", torch.device("cuda"), torch.float32, custom, 64)
+    with pytest.raises(ValueError, match=r"backend='alternating' has no kernel for cell 'my_gru'"):
+        dispatch.choose_backend("alternating", torch.device("cuda"), torch.float32, custom, 64)
 
 
-def test_auto_runs_unsupported_head_dims_on_the_reference(monkeypatch):
+def test_auto_runs_head_dims_without_a_fused_kernel_on_the_alternating_backend(monkeypatch):
     monkeypatch.setattr(dispatch, "_warned", set())
     monkeypatch.setattr(dispatch, "_cupy_importable", lambda: True)
-    with pytest.warns(ReferenceFallbackWarning, match=r"does not support head_dim=24 \(supported: \[16, 32"):
-        assert dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("lstm"), 24) == "reference"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReferenceFallbackWarning)
+        chosen = dispatch.choose_backend("auto", torch.device("cuda"), torch.float32, get_cell("lstm"), 24, 16, 4)
+    assert chosen == "alternating"
+
+
+def test_auto_asks_the_planner_when_the_problem_is_known(monkeypatch):
+    monkeypatch.setattr(dispatch, "_cupy_importable", lambda: True)
+    asked = []
+
+    def planned(*key):
+        asked.append(key)
+        return "alternating"
+
+    monkeypatch.setattr(dispatch, "_planned_backend", planned)
+    cuda = torch.device("cuda", 0)
+    assert dispatch.choose_backend("auto", cuda, torch.bfloat16, get_cell("gru"), 1024, 16, 4, False) == "alternating"
+    assert asked == [("gru", 16, 4, 1024, torch.bfloat16, 0, False)]
