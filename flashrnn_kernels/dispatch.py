@@ -59,7 +59,8 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
     "auto" on CUDA takes the fused kernel when the planner tiles the problem (batch and num_heads given), the
     alternating backend when it cannot (R too large for the chip, or a head_dim the fused kernel does not render),
     and warns once per reason when it falls back to the reference (CPU tensors, a custom CellSpec, a dtype the
-    kernels do not compute in, no CuPy)."""
+    kernels do not compute in, no CuPy). Under torch.compile it takes the fused kernel's custom op without asking
+    the planner, or traces the reference where the fused kernel does not apply."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {list(BACKENDS)}")
     if backend == "reference":
@@ -77,13 +78,16 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
     elif not _cupy_importable():
         reason = "CuPy is not installed (pip install 'flashrnn-kernels[gpu]')"
     if reason is None:
-        if cell.name not in FUSED_CELLS or head_dim not in HEAD_DIMS:
+        fused = cell.name in FUSED_CELLS and head_dim in HEAD_DIMS
+        if torch.compiler.is_compiling():  # traced once per shape: the fused custom op, else plain torch ops
+            return "fused" if fused else "reference"
+        if not fused:
             return "alternating"
         if batch is None or num_heads is None:
             return "fused"
         index = device.index if device.index is not None else torch.cuda.current_device()
         return _planned_backend(cell.name, batch, num_heads, head_dim, dtype, index, training)
-    if reason not in _warned:
+    if reason not in _warned and not torch.compiler.is_compiling():
         _warned.add(reason)
         warnings.warn(
             f"flashrnn backend='auto' runs the pure-PyTorch reference loop (slow): {reason}",

@@ -289,5 +289,10 @@ scan_forward.register_autograd(_scan_autograd_backward, setup_context=_scan_setu
 
 
 def scan_op(cell: str, inputs: tuple[Tensor, ...], h0: Tensor | None) -> Tensor:
-    """h [B, T, D]: the scan `cell` ("linear", "min_gru", "min_lstm") through the custom op."""
+    """h [B, T, D]: the scan `cell` ("linear", "min_gru", "min_lstm") through the custom op; eager CUDA calls take
+    `ScanFunction`, the same launches with less host work per call."""
+    if inputs[0].is_cuda and not torch.compiler.is_compiling():
+        from .scan.function import ScanFunction
+
+        return ScanFunction.apply(cell, h0, *inputs)
     return scan_forward(cell, list(inputs), h0)

@@ -133,8 +133,12 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, flags,
             T, D, d_tiles, lanes, chunks, epoch), stream=stream)
     return (*outs, grad_h0) if backward else outs
+
+
 class ScanFunction(torch.autograd.Function):
-    """h = scan of the cell over its inputs; gradients from the reverse scan."""
+    """h = scan of the cell over its inputs; gradients from the reverse scan. The eager CUDA path: the same launches
+    as the custom op `flashrnn_kernels::scan_forward` (which torch.compile sees), without the op dispatch's host cost
+    (about 60 us per call on an H200 host)."""
 
     @staticmethod
     def forward(ctx, cell: str, h0: torch.Tensor | None, *inputs: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ outputs poisoned before each launch.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -67,6 +68,16 @@ def test_recurrent_modules_compile_fullgraph_on_cpu(module_type, layout):
     compiled = torch.compile(module, fullgraph=True)
     x = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)
     _assert_matches_eager(module, compiled, (x,), {}, TOLERANCES[torch.float64]["rel"])
+
+
+def test_default_backend_compiles_fullgraph_on_cpu():
+    """backend="auto" (the default) neither warns nor plans inside the traced graph."""
+    module = FlashGRU(5, 8, num_heads=2).double()
+    compiled = torch.compile(module, fullgraph=True)
+    x = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the eager call's one-time note that the reference runs on CPU
+        _assert_matches_eager(module, compiled, (x,), {}, TOLERANCES[torch.float64]["rel"])
 
 
 @pytest.mark.parametrize("module_type", [FlashLSTM, FlashGRU], ids=lambda t: t.__name__)
