@@ -8,16 +8,20 @@
 #   sanitize.log      compute-sanitizer memcheck and racecheck on benchmarks/sanitize_case.py
 #   bench_fused.log   benchmarks/bench_fused.py, shapes section (bench_sweeps.log: batch and length sweeps)
 #   host_overhead.log benchmarks/host_overhead.py (host time per call, cProfile)
+#   bench_cells.log   benchmarks/bench_cells.py (GRU, sLSTM, Elman on the fused kernel vs cuDNN and flashrnn)
+#   bench_alternating.log  benchmarks/bench_alternating.py (one head of 2048 / 4096 vs cuDNN)
 #   bench_scan.log    benchmarks/bench_scan.py, when it exists
 #   results.tar.gz    every results file (CSV, markdown, PNG); unpack into benchmarks/results/
 #
 # Environment:
-#   STAGES           which stages, in order (default "info tests sanitize host fused sweeps scan")
+#   STAGES           which stages, in order (default "info tests sanitize host fused sweeps cells alternating scan")
 #   FUSED_ARGS       extra arguments for bench_fused.py (e.g. "--quick", "--flashrnn-shapes none")
 #   SCAN_ARGS        extra arguments for bench_scan.py
+#   CELLS_ARGS       extra arguments for bench_cells.py (e.g. "--dtypes bf16 --flashrnn-shapes none")
 #   SANITIZE_TOOLS   compute-sanitizer tools (default "memcheck racecheck"; synccheck, initcheck also exist)
 #   *_TIMEOUT        seconds per stage: TESTS_TIMEOUT, SANITIZE_TIMEOUT (each tool), FUSED_TIMEOUT,
-#                    SWEEPS_TIMEOUT, SCAN_TIMEOUT; bench_fused stops starting jobs 90 s before its limit
+#                    SWEEPS_TIMEOUT, CELLS_TIMEOUT, ALTERNATING_TIMEOUT, HOST_TIMEOUT, SCAN_TIMEOUT;
+#                    bench_fused stops starting jobs 90 s before its limit, bench_cells 60 s before
 #   PYTHON           interpreter (default python3)
 # The default stages take well over ten minutes; for shorter runs split them, e.g. STAGES="info tests
 # sanitize", then STAGES="fused", then STAGES="sweeps scan" (each run packs all results present).
@@ -30,7 +34,7 @@ mkdir -p "$OUT"
 LOG="$OUT/run_gpu.log"
 
 PYTHON=${PYTHON:-python3}
-STAGES=${STAGES:-"info tests sanitize host fused sweeps scan"}
+STAGES=${STAGES:-"info tests sanitize host fused sweeps cells alternating scan"}
 export BENCH_RESULTS_DIR=${BENCH_RESULTS_DIR:-/tmp/bench_results}
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -144,6 +148,18 @@ EOF
                 "$PYTHON" benchmarks/bench_fused.py --sections batch,length --budget-s $((limit - 90)) ${FUSED_ARGS:-}
             pack_results
             ;;
+        cells)
+            limit=${CELLS_TIMEOUT:-420}
+            # shellcheck disable=SC2086
+            run_stage cells "$OUT/bench_cells.log" "$limit" \
+                "$PYTHON" benchmarks/bench_cells.py --budget-s $((limit - 60)) ${CELLS_ARGS:-}
+            pack_results
+            ;;
+        alternating)
+            run_stage alternating "$OUT/bench_alternating.log" "${ALTERNATING_TIMEOUT:-300}" \
+                "$PYTHON" benchmarks/bench_alternating.py
+            pack_results
+            ;;
         host)
             run_stage host "$OUT/host_overhead.log" "${HOST_TIMEOUT:-180}" "$PYTHON" benchmarks/host_overhead.py
             ;;
@@ -159,7 +175,7 @@ EOF
             fi
             ;;
         *)
-            header "unknown stage '$stage' (known: info tests sanitize host fused sweeps scan)"
+            header "unknown stage '$stage' (known: info tests sanitize host fused sweeps cells alternating scan)"
             SUMMARY+=("$stage=unknown")
             ;;
         esac
