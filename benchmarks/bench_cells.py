@@ -156,6 +156,10 @@ def check(run: Callable, case: Case, device: str) -> tuple[float, float]:
     """(forward, gradient) max relative errors of ``run`` against the float64 reference at T <= CHECK_SEQ."""
     small = dataclasses.replace(case, seq=min(case.seq, CHECK_SEQ))
     args, grads = make_inputs(small, device, requires_grad=True)
+    if case.cell == "slstm" and args[0].dtype != torch.float32:
+        # c, n, m carry exp(-m) of the running maximum m: a loss on them has kinks that rounding of h moves
+        # elements across (h itself does not depend on m), so the gradient check loads only h and the last h
+        grads = (grads[0], torch.cat([grads[1][:1], torch.zeros_like(grads[1][1:])]))
     h, last = run(*args)
     got = torch.autograd.grad((h, last), args, grads)
     args64 = tuple(a.detach().double().requires_grad_() for a in args)
