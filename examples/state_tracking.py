@@ -45,7 +45,7 @@ class RecurrentTagger(nn.Module):
         self.head = nn.Linear(hidden_size, task.classes)
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        output, _ = self.rnn(self.embed(tokens), lengths=lengths)
+        output, _ = self.rnn(self.embed(tokens), lengths=lengths, enforce_sorted=False)
         return self.head(output)
 
 

@@ -20,8 +20,10 @@ States = Tensor | tuple[Tensor, ...]
 """h_n alone for one-state cells (GRU, Elman), else a tuple in the cell's state order, each [L * D, B, H]."""
 
 
-def _check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: int) -> list[int] | None:
-    """Validated per-sequence lengths as a list of ints in [1, steps], one per sequence, any order."""
+def _check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: int,
+                   enforce_sorted: bool = True) -> list[int] | None:
+    """Validated per-sequence lengths as a list of ints in [1, steps], one per sequence; in decreasing order unless
+    `enforce_sorted` is False."""
     if lengths is None:
         return None
     if isinstance(lengths, Tensor):
@@ -51,6 +53,14 @@ def _check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: in
             raise ValueError(
                 f"lengths[{index}]={length} is outside [1, T={steps}]; every sequence needs between 1 and T steps"
             )
+    if enforce_sorted:
+        for index in range(1, len(values)):
+            if values[index] > values[index - 1]:
+                raise ValueError(
+                    f"lengths must be sorted in decreasing order (lengths[{index - 1}]={values[index - 1]} < "
+                    f"lengths[{index}]={values[index]}), as torch's pack_padded_sequence expects with "
+                    "enforce_sorted=True; sort the batch, or pass enforce_sorted=False to accept any order"
+                )
     return values
 
 
@@ -108,11 +118,12 @@ class FlashRNNBase(nn.Module):
       when bias=False. `W`, `R`, `b` name the first layer's forward-direction parameters.
     Initialised like torch.nn.LSTM: every entry uniform in [-1/sqrt(H), 1/sqrt(H)].
 
-    forward(x, states=None, lengths=None) follows torch.nn's conventions: x is [B, T, input_size]
+    forward(x, states=None, lengths=None, enforce_sorted=True) follows torch.nn's conventions: x is [B, T, input_size]
     (batch_first=True, the default) or [T, B, input_size]; `states` holds each state's initial value
     [num_layers * D, B, H] (D = 2 if bidirectional else 1; zeros when None), as a tensor for one-state cells and a
     tuple in the cell's state order otherwise; the output is [B, T, D * H] (or [T, B, D * H]) and the last states
-    have the same form as `states`. `lengths` ([B] ints, CPU, any order, each in [1, T]) makes a padded batch
+    have the same form as `states`. `lengths` ([B] ints, CPU, each in [1, T], in decreasing order unless
+    `enforce_sorted=False`, as for torch's pack_padded_sequence) makes a padded batch
     behave like torch's packed sequences: outputs past a sequence's end are zero, its last states are taken at its
     own length, and the reverse direction starts at its own end (each layer and direction then makes one `flashrnn`
     call per distinct length, on the sequences still running). `dropout` applies to the outputs of every layer
@@ -264,7 +275,8 @@ class FlashRNNBase(nn.Module):
         return h.reshape(B, T, self.hidden_size), last
 
     def forward(
-        self, x: Tensor, states: States | None = None, lengths: Tensor | Sequence[int] | None = None
+        self, x: Tensor, states: States | None = None, lengths: Tensor | Sequence[int] | None = None,
+        enforce_sorted: bool = True,
     ) -> tuple[Tensor, States]:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.input_size:
             layout = "[B, T, input_size]" if self.batch_first else "[T, B, input_size]"
@@ -273,7 +285,7 @@ class FlashRNNBase(nn.Module):
         if not self.batch_first:
             x = x.transpose(0, 1)
         B, T, _ = x.shape
-        lengths = _check_lengths(lengths, B, T)
+        lengths = _check_lengths(lengths, B, T, enforce_sorted)
         initial = self._initial_states(states, B)
         finals = []
         for layer in range(self.num_layers):

@@ -55,7 +55,7 @@ def test_module_matches_torch(twin, cls, num_layers, bidirectional, with_lengths
     states = states if state_count > 1 else states[0]
 
     expected, expected_last = _torch_run(reference, x, states, lengths)
-    output, last = flash(x, states, lengths=lengths)
+    output, last = flash(x, states, lengths=lengths, enforce_sorted=False)
     assert output.shape == (B, T, D * H)
     torch.testing.assert_close(output, expected, **F64)
     torch.testing.assert_close(_as_tuple(last), _as_tuple(expected_last), **F64)
@@ -84,7 +84,7 @@ def test_slstm_lengths_equal_truncated_runs():
     model = FlashSLSTM(3, 8, num_heads=2, num_layers=2, bidirectional=True, dtype=torch.float64, backend="reference")
     lengths = [5, 2, 7]
     x = torch.randn(3, 7, 3, dtype=torch.float64)
-    output, last = model(x, lengths=torch.tensor(lengths))
+    output, last = model(x, lengths=torch.tensor(lengths), enforce_sorted=False)
     assert output.shape == (3, 7, 16) and len(last) == 4 and all(t.shape == (4, 3, 8) for t in last)
     outputs, lasts = _per_sequence(model, x, lengths)
     for k, n in enumerate(lengths):
@@ -125,7 +125,9 @@ def test_unsorted_lengths_give_the_sorted_results_permuted():
     x = torch.randn(4, 6, 3, dtype=torch.float64)
     lengths = [2, 6, 4, 1]
     order = sorted(range(4), key=lambda k: -lengths[k])
-    output, h_n = model(x, lengths=lengths)
+    with pytest.raises(ValueError, match=r"lengths must be sorted in decreasing order \(lengths\[0\]=2 < lengths\[1\]=6\)"):
+        model(x, lengths=lengths)
+    output, h_n = model(x, lengths=lengths, enforce_sorted=False)
     sorted_output, sorted_h_n = model(x[order], lengths=[lengths[k] for k in order])
     torch.testing.assert_close(output[order], sorted_output, **F64)
     torch.testing.assert_close(h_n[:, order], sorted_h_n, **F64)
