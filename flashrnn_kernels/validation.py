@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .cells import CellSpec
+from .cells import CellSpec, get_cell
+from .fused.problem import dtype_name
 
 FUSED_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16, torch.float32)
 REFERENCE_DTYPES: tuple[torch.dtype, ...] = FUSED_DTYPES + (torch.float64,)
@@ -85,3 +86,29 @@ def check_dtype(dtype: torch.dtype, backend: str) -> None:
     allowed = FUSED_DTYPES if backend in ("fused", "alternating") else REFERENCE_DTYPES
     if dtype not in allowed:
         raise TypeError(f"backend {backend!r} supports dtypes {[str(d) for d in allowed]}, got {dtype}")
+
+
+def check_kernel_inputs(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, *,
+                        contiguous: bool) -> tuple[int, int, int, int]:
+    """Cheap re-check of a CUDA backend's preconditions (`flashrnn` validates in full): the shapes of `cell`, one
+    CUDA device and one supported dtype, every extent >= 1 and, when `contiguous`, contiguous tensors.
+    Returns (B, T, NH, DH)."""
+    spec = get_cell(cell)
+    G, S = spec.gate_count, spec.state_count
+    if Wx.dim() != 5:
+        raise ValueError(f"Wx must be [B, T, G, NH, DH], got shape {tuple(Wx.shape)}")
+    B, T, _, NH, DH = Wx.shape
+    expected = {"Wx": (B, T, G, NH, DH), "R": (G, NH, DH, DH), "b": (G, NH, DH), "states": (S, B, NH, DH)}
+    for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
+        if tuple(t.shape) != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} for cell {cell!r}, got {tuple(t.shape)}")
+        if not t.is_cuda or t.device != Wx.device:
+            raise ValueError(f"{name} must be a CUDA tensor on {Wx.device}, got {t.device}")
+        if t.dtype != Wx.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype}; all inputs must share Wx's dtype {Wx.dtype}")
+        if contiguous and not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous; call .contiguous() first")
+    dtype_name(Wx.dtype)
+    if min(B, T, NH, DH) < 1:
+        raise ValueError(f"Wx [B, T, G, NH, DH] needs every extent >= 1, got {tuple(Wx.shape)}")
+    return B, T, NH, DH

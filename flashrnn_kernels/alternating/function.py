@@ -13,32 +13,12 @@ import torch
 from torch import Tensor
 
 from ..cells import get_cell
-from ..fused.problem import dtype_name
+from ..validation import check_kernel_inputs
 from .runner import POOL, Key, Lease, Runner
 
 POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
 """Fill every buffer the steps write with NaN before each run (tests use it to prove that every element is
 written)."""
-
-
-def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
-    """The preconditions of the runner (the front end `flashrnn` validates in full)."""
-    spec = get_cell(cell)
-    G, S = spec.gate_count, spec.state_count
-    if Wx.dim() != 5:
-        raise ValueError(f"Wx must be [B, T, G, NH, DH], got shape {tuple(Wx.shape)}")
-    B, T, _, NH, DH = Wx.shape
-    expected = {"Wx": (B, T, G, NH, DH), "R": (G, NH, DH, DH), "b": (G, NH, DH), "states": (S, B, NH, DH)}
-    for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
-        if tuple(t.shape) != expected[name]:
-            raise ValueError(f"{name} must have shape {expected[name]} for cell {cell!r}, got {tuple(t.shape)}")
-        if not t.is_cuda or t.device != Wx.device:
-            raise ValueError(f"{name} must be a CUDA tensor on {Wx.device}, got {t.device}")
-        if t.dtype != Wx.dtype:
-            raise ValueError(f"{name} has dtype {t.dtype}; all inputs must share Wx's dtype {Wx.dtype}")
-    dtype_name(Wx.dtype)
-    if min(B, T, NH, DH) < 1:
-        raise ValueError(f"Wx [B, T, G, NH, DH] needs every extent >= 1, got {tuple(Wx.shape)}")
 
 
 class AlternatingRNNFunction(torch.autograd.Function):
@@ -80,5 +60,5 @@ def flashrnn_alternating(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell:
     input dtype; differentiable with respect to all four inputs. Any head_dim and cell of `cells.CELLS`.
     """
     name = get_cell(cell).name
-    _check(Wx, R, b, states, name)
+    check_kernel_inputs(Wx, R, b, states, name, contiguous=False)
     return AlternatingRNNFunction.apply(Wx, R, b, states, name)

@@ -24,8 +24,9 @@ from ..library import flashrnn_op
 from ..runtime.codegen import render
 from ..runtime.compile import get_kernel
 from ..runtime.launch import launch
+from ..validation import check_kernel_inputs
 from .plan import KernelPlan, plan
-from .problem import HEAD_DIMS, dtype_name
+from .problem import HEAD_DIMS
 
 POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
 """Fill outputs with NaN before each launch (tests use it to prove that every element is written)."""
@@ -101,24 +102,7 @@ def _scratch(config: _Launch, like: Tensor) -> Tensor | None:
 
 def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
     """Cheap re-check of the kernel's preconditions (the front end validates in full)."""
-    spec = get_cell(cell)
-    G, S = spec.gate_count, spec.state_count
-    if Wx.dim() != 5:
-        raise ValueError(f"Wx must be [B, T, G, NH, DH], got shape {tuple(Wx.shape)}")
-    B, T, _, NH, DH = Wx.shape
-    expected = {"Wx": (B, T, G, NH, DH), "R": (G, NH, DH, DH), "b": (G, NH, DH), "states": (S, B, NH, DH)}
-    for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
-        if tuple(t.shape) != expected[name]:
-            raise ValueError(f"{name} must have shape {expected[name]} for cell {cell!r}, got {tuple(t.shape)}")
-        if not t.is_cuda or t.device != Wx.device:
-            raise ValueError(f"{name} must be a CUDA tensor on {Wx.device}, got {t.device}")
-        if t.dtype != Wx.dtype:
-            raise ValueError(f"{name} has dtype {t.dtype}; all inputs must share Wx's dtype {Wx.dtype}")
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous; call .contiguous() first")
-    dtype_name(Wx.dtype)
-    if T < 1 or B < 1 or NH < 1:
-        raise ValueError(f"batch, sequence length and num_heads must be >= 1, got B={B}, T={T}, NH={NH}")
+    B, _, _, DH = check_kernel_inputs(Wx, R, b, states, cell, contiguous=True)
     if DH not in HEAD_DIMS:
         raise ValueError(f"head_dim {DH} is not supported by the fused kernel; use one of {HEAD_DIMS}")
     if -(-B // 8) > _MAX_GRID_Y:
