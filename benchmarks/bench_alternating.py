@@ -60,15 +60,7 @@ def check(hidden: int, dtype: torch.dtype, device: str) -> tuple[float, float]:
 
 def closures(hidden: int, dtype: torch.dtype, seq: int, device: str) -> tuple[Callable, Callable]:
     args, grads = _inputs(hidden, BATCH, seq, dtype, device)
-
-    def forward() -> object:
-        with torch.no_grad():
-            return _ours(*args)
-
-    def forward_backward() -> object:
-        return torch.autograd.grad(_ours(*args), args, grads)
-
-    return forward, forward_backward
+    return common.grad_closures(_ours, args, grads)
 
 
 def _with_tf32(fn: Callable, allow: bool) -> Callable:
@@ -155,14 +147,8 @@ def crossover(shapes: Sequence[tuple[int, int]], seq: int, repeat: int) -> list[
         choice = choose("lstm", BATCH, num_heads, head_dim, torch.bfloat16)
         row: dict = {"head_dim": head_dim, "num_heads": num_heads, "B": BATCH, "T": seq, "choose": choice.backend}
         for impl, op in (("fused", flashrnn_fused), ("alternating", flashrnn_alternating)):
-            def forward(op=op, args=args) -> object:
-                with torch.no_grad():
-                    return op(*args, "lstm")
-
-            def forward_backward(op=op, args=args, grads=grads) -> object:
-                return torch.autograd.grad(op(*args, "lstm"), args, grads)
-
-            for direction, fn in (("fwd", forward), ("fwd+bwd", forward_backward)):
+            fns = common.grad_closures(lambda *tensors, op=op: op(*tensors, "lstm"), args, grads)
+            for direction, fn in zip(("fwd", "fwd+bwd"), fns):
                 row[f"{impl} {direction} ms"] = common.attempt(
                     f"{impl} {direction}", lambda fn=fn: common.time_cuda(fn, warmup=3, repeat=repeat), errors)
         row["errors"] = "; ".join(errors)

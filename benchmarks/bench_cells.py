@@ -81,17 +81,6 @@ def make_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[
     return args, grads
 
 
-def _closures(run: Callable, args: tuple, grads: tuple) -> tuple[Callable[[], object], Callable[[], object]]:
-    def forward() -> object:
-        with torch.no_grad():
-            return run(*args)
-
-    def forward_backward() -> object:
-        return torch.autograd.grad(run(*args), args, grads)
-
-    return forward, forward_backward
-
-
 def torch_callables(cell: str, hidden: int, input_size: int, batch: int, seq: int, dtype: torch.dtype,
                     device: torch.device) -> tuple[Callable[[], object], Callable[[], object]]:
     """``(forward, forward_backward)`` of torch.nn.GRU / nn.RNN(tanh): one layer, batch_first, flat weights;
@@ -189,7 +178,7 @@ def run_job(job: dict, opts: dict) -> dict:
         else:
             run = common.attempt(f"{impl} import", lambda: flashrnn_runner(case.cell), errors)
         args = common.attempt(f"{impl} inputs", lambda: make_inputs(case, device, requires_grad=True), errors)
-        fns = _closures(run, *args) if run is not None and args is not None else None
+        fns = common.grad_closures(run, *args) if run is not None and args is not None else None
     if fns is None:
         return result
     failed = set()
@@ -324,14 +313,7 @@ NOTES = (
 
 
 def _parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
-    if text.strip().lower() in ("", "none"):
-        return ()
-    if text.strip().lower() == "all":
-        return SHAPES
-    try:
-        return tuple((int(dh), int(nh)) for dh, nh in (item.split(":") for item in text.split(",")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shapes must look like '64:12,768:1' (DH:NH pairs) or 'all', got {text!r}")
+    return common.parse_shapes(text, SHAPES)
 
 
 def _parse_names(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:

@@ -6,6 +6,7 @@ another directory. Scripts print the markdown that :func:`write_results` returns
 
 from __future__ import annotations
 
+import argparse
 import csv
 import datetime
 import faulthandler
@@ -217,6 +218,31 @@ def plot(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def grad_closures(run: Callable[..., Any], args: tuple, grads: tuple) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``(forward, forward_backward)``: ``run(*args)`` under torch.no_grad, and ``run(*args)`` with autograd plus
+    the gradients of ``args`` for the upstream ``grads``."""
+    def forward() -> Any:
+        with torch.no_grad():
+            return run(*args)
+
+    def forward_backward() -> Any:
+        return torch.autograd.grad(run(*args), args, grads)
+
+    return forward, forward_backward
+
+
+def parse_shapes(text: str, every: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """``DH:NH`` pairs from ``'64:12,768:1'``; ``'all'`` gives ``every``, ``''`` or ``'none'`` nothing."""
+    if text.strip().lower() in ("", "none"):
+        return ()
+    if text.strip().lower() == "all":
+        return every
+    try:
+        return tuple((int(dh), int(nh)) for dh, nh in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shapes must look like '64:12,768:1' (DH:NH pairs) or 'all', got {text!r}")
 
 
 def randn(*shape: int, dtype: torch.dtype, device: str | torch.device, scale: float = 1.0,
