@@ -19,13 +19,7 @@
 
 #include "cells/ops.cuh"
 
-#if defined(DTYPE_BF16)
-typedef __nv_bfloat16 elem_t;
-#elif defined(DTYPE_FP16)
-typedef __half elem_t;
-#elif defined(DTYPE_FP32)
-typedef float elem_t;
-#else
+#if !defined(DTYPE_BF16) && !defined(DTYPE_FP16) && !defined(DTYPE_FP32)
 #error "define one of DTYPE_BF16, DTYPE_FP16, DTYPE_FP32"
 #endif
 

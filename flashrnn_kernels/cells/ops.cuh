@@ -67,6 +67,16 @@ __device__ __forceinline__ float cell_maximum(float a, float b) { return fmaxf(a
 // 1 where x > 0, else 0: the derivative of maximum(a, b) with respect to a is heaviside(a - b).
 __device__ __forceinline__ float cell_heaviside(float x) { return x > 0.0f ? 1.0f : 0.0f; }
 
+// The storage type of the kernels rendered with DTYPE_BF16 / DTYPE_FP16 / DTYPE_FP32 (fused and alternating; they
+// require one of them); the scan kernel chooses its own from SCAN_DTYPE.
+#if defined(DTYPE_BF16)
+typedef __nv_bfloat16 elem_t;
+#elif defined(DTYPE_FP16)
+typedef __half elem_t;
+#elif defined(DTYPE_FP32)
+typedef float elem_t;
+#endif
+
 // Storage <-> fp32 compute conversions (round to nearest even on the way back).
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }

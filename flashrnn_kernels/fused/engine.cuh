@@ -25,13 +25,7 @@
 
 typedef unsigned int u32;
 
-#if defined(DTYPE_BF16)
-typedef __nv_bfloat16 elem_t;
-#elif defined(DTYPE_FP16)
-typedef __half elem_t;
-#elif defined(DTYPE_FP32)
-typedef float elem_t;
-#else
+#if !defined(DTYPE_BF16) && !defined(DTYPE_FP16) && !defined(DTYPE_FP32)
 #error "the plan must define one of DTYPE_BF16, DTYPE_FP16, DTYPE_FP32"
 #endif
 
