@@ -15,13 +15,16 @@
 // Cells (SCAN_CELL): 0 linear (x1 = a, x2 = b); 1 minGRU (x1 = k, x2 = h_pre): z = sigmoid(k), a = 1 - z,
 // b = z * g(h_pre); 2 minLSTM (x1 = f_pre, x2 = i_pre, x3 = h_pre): f = sigmoid(f_pre), i = sigmoid(i_pre),
 // a = f / (f + i), b = i / (f + i) * g(h_pre). g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise.
-#include "cells/ops.cuh"
-
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
     !defined(SCAN_FAST)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_MIN_BLOCKS, SCAN_CELL, ..."
 #endif
+
+#if SCAN_FAST
+#define FLASHRNN_FAST_ACTIVATIONS 1  // cell_exp is the hardware ex2 approximation
+#endif
+#include "cells/ops.cuh"
 
 #if SCAN_DTYPE == 0
 typedef float elem_t;
@@ -57,15 +60,8 @@ __device__ __forceinline__ void store_pack(elem_t* p, const float (&x)[SCAN_VEC]
 }
 
 // sigma(x) and sigma(-x) from one exponential and one reciprocal, both accurate in relative terms (no 1 - p
-// cancellation). SCAN_FAST (bf16/fp16 storage, rounding 2^-8 / 2^-11) uses the hardware ex2 / rcp approximations.
-__device__ __forceinline__ float fast_or_exact_exp(float x) {
-#if SCAN_FAST
-    return __expf(x);
-#else
-    return expf(x);
-#endif
-}
-
+// cancellation). SCAN_FAST (bf16/fp16 storage, rounding 2^-8 / 2^-11) uses the hardware ex2 / rcp approximations
+// (the exponential is cells/ops.cuh's cell_exp).
 __device__ __forceinline__ float fast_or_exact_rcp(float x) {
 #if SCAN_FAST
     return __fdividef(1.0f, x);
@@ -75,7 +71,7 @@ __device__ __forceinline__ float fast_or_exact_rcp(float x) {
 }
 
 __device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
-    const float e = fast_or_exact_exp(-fabsf(x));  // in (0, 1]
+    const float e = cell_exp(-fabsf(x));  // in (0, 1]
     const float big = fast_or_exact_rcp(1.0f + e), small = e * big;
     pos = x >= 0.0f ? big : small;
     neg = x >= 0.0f ? small : big;
@@ -89,12 +85,12 @@ __device__ __forceinline__ float sigmoid_of_neg(float x) {
 
 // g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise, and its derivative (1, or sigmoid(x) sigmoid(-x)).
 __device__ __forceinline__ float candidate(float x) {
-    const float e = fast_or_exact_exp(fminf(x, 0.0f));
+    const float e = cell_exp(fminf(x, 0.0f));
     return x >= 0.0f ? x + 0.5f : e * fast_or_exact_rcp(1.0f + e);
 }
 
 __device__ __forceinline__ float candidate_grad(float x) {
-    const float e = fast_or_exact_exp(fminf(x, 0.0f)), r = fast_or_exact_rcp(1.0f + e);
+    const float e = cell_exp(fminf(x, 0.0f)), r = fast_or_exact_rcp(1.0f + e);
     return x >= 0.0f ? 1.0f : e * r * r;
 }
 
@@ -103,8 +99,8 @@ __device__ __forceinline__ float candidate_grad(float x) {
 // at most 2, so neither overflow nor 0 / 0 when both gates underflow.
 __device__ __forceinline__ void lstm_gates(float x1, float x2, float& a, float& bi) {
     const float m = fmaxf(0.0f, -fminf(x1, x2));
-    const float em = fast_or_exact_exp(-m);
-    const float u1 = em + fast_or_exact_exp(-x1 - m), u2 = em + fast_or_exact_exp(-x2 - m);
+    const float em = cell_exp(-m);
+    const float u1 = em + cell_exp(-x1 - m), u2 = em + cell_exp(-x2 - m);
     const float r = fast_or_exact_rcp(u1 + u2);
     a = u2 * r;
     bi = u1 * r;
