@@ -14,6 +14,7 @@ from flashrnn_kernels.alternating import (
 )
 from flashrnn_kernels.cells import CELLS, get_cell
 from flashrnn_kernels.fused.reference import flashrnn_reference
+from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
 from tests.tolerances import TOLERANCES, relative_error
 
 pytestmark = pytest.mark.gpu
@@ -41,32 +42,8 @@ def make_inputs(cell, B, T, NH, DH, dtype):
 def run_both(cell, B, T, NH, DH, dtype, grads=True):
     """(alternating results, float64 reference results) for the same rounded inputs and upstream gradients."""
     inputs = make_inputs(cell, B, T, NH, DH, dtype)
-    ref_inputs = [t.detach().double().requires_grad_(grads) for t in inputs]
-    alt_inputs = [t.detach().clone().requires_grad_(grads) for t in inputs]
-    h, last = flashrnn_alternating(*alt_inputs, cell)
-    h_ref, last_ref = flashrnn_reference(*ref_inputs, cell)
-    out, ref = {"h": h, "last_states": last}, {"h": h_ref, "last_states": last_ref}
-    if grads:
-        gh, gl = torch.randn_like(h_ref), torch.randn_like(last_ref)
-        if cell == "slstm" and dtype == torch.bfloat16:
-            # sLSTM's last c, n, m are stabilised (scaled by exp(-m), m a running maximum): a loss on them has a
-            # gradient with kinks where the maximum switches branch, and bf16's rounding of h moves inputs across
-            # them, so such gradients differ from float64 by O(1) at a few elements. h is smooth in every input.
-            gl[1:] = 0
-        torch.autograd.backward((h, last), (gh.to(dtype), gl.to(dtype)))
-        torch.autograd.backward((h_ref, last_ref), (gh, gl))
-        for name, a, r in zip(("dWx", "dR", "db", "dstates"), alt_inputs, ref_inputs):
-            out[name], ref[name] = a.grad, r.grad
-    return out, ref
-
-
-def assert_close_rel(out, ref, dtype):
-    bound = TOLERANCES[dtype]["rel"]
-    for name, t in out.items():
-        assert t.dtype == dtype and not t.isnan().any(), f"{name}: dtype {t.dtype} or unwritten (NaN) elements"
-    errors = {name: relative_error(out[name], ref[name]) for name in ref}
-    bad = {name: e for name, e in errors.items() if not e <= bound}
-    assert not bad, f"relative errors above {bound}: {bad} (all: {errors})"
+    smooth = not (cell == "slstm" and dtype == torch.bfloat16)  # see compare_with_float64
+    return compare_with_float64(flashrnn_alternating, inputs, cell, grads, load_stabilised_states=smooth)
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))

@@ -13,8 +13,8 @@ import torch
 from flashrnn_kernels.cells import get_cell
 from flashrnn_kernels.fused import function
 from flashrnn_kernels.fused.function import flashrnn_fused
-from flashrnn_kernels.fused.reference import flashrnn_reference
-from tests.tolerances import TOLERANCES, relative_error
+from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
+from tests.tolerances import TOLERANCES
 
 pytestmark = pytest.mark.gpu
 
@@ -43,33 +43,8 @@ def make_inputs(B, T, NH, DH, dtype, cell="lstm"):
 def run_both(B, T, NH, DH, dtype, grads=True, cell="lstm"):
     """(fused results, float64 reference results) for the same rounded inputs and upstream gradients."""
     inputs = make_inputs(B, T, NH, DH, dtype, cell)
-    ref_inputs = [t.detach().double().requires_grad_(grads) for t in inputs]
-    fused_inputs = [t.detach().clone().requires_grad_(grads) for t in inputs]
-    h, last = flashrnn_fused(*fused_inputs, cell)
-    h_ref, last_ref = flashrnn_reference(*ref_inputs, cell)
-    out = {"h": h, "last_states": last}
-    ref = {"h": h_ref, "last_states": last_ref}
-    if grads:
-        gh = torch.randn_like(h_ref)
-        gl = torch.randn_like(last_ref)
-        if cell == "slstm" and dtype != torch.float32:
-            # c, n and m carry the factor exp(-m) of the running maximum m (h does not): a loss on them has kinks
-            # where the maximum changes hands, and rounding h to bf16/fp16 moves elements across them
-            gl[1:] = 0
-        torch.autograd.backward((h, last), (gh.to(dtype), gl.to(dtype)))
-        torch.autograd.backward((h_ref, last_ref), (gh, gl))
-        for name, f, r in zip(("dWx", "dR", "db", "dstates"), fused_inputs, ref_inputs):
-            out[name], ref[name] = f.grad, r.grad
-    return out, ref
-
-
-def assert_close_rel(out, ref, dtype, bound=None):
-    bound = bound or TOLERANCES[dtype]["rel"]
-    errors = {name: relative_error(out[name], ref[name]) for name in ref}
-    for name, t in out.items():
-        assert t.dtype == dtype and not t.isnan().any(), f"{name}: dtype {t.dtype} or unwritten (NaN) elements"
-    bad = {name: e for name, e in errors.items() if not e <= bound}
-    assert not bad, f"relative errors above {bound}: {bad} (all: {errors})"
+    smooth = not (cell == "slstm" and dtype != torch.float32)  # see compare_with_float64
+    return compare_with_float64(flashrnn_fused, inputs, cell, grads, load_stabilised_states=smooth)
 
 
 @pytest.mark.parametrize("dtype,B,T,NH,DH", [
