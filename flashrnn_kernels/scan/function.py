@@ -1,4 +1,4 @@
-"""Launchers and autograd Functions for the scan kernels (linear scan, minGRU, minLSTM), all on one scan.cu.
+"""Launcher for the scan kernels (linear scan, minGRU, minLSTM), all on one scan.cu (autograd: library.py).
 
 Tensors are [B, T, D], contiguous, one floating dtype (fp32, bf16 or fp16; fp32 accumulation inside). The forward
 writes h; the backward runs the same kernel in reverse on dL/dh and the saved h and writes the gradients of the
@@ -134,23 +134,3 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
             T, D, d_tiles, lanes, chunks, epoch), stream=stream)
     return (*outs, grad_h0) if backward else outs
 
-
-class ScanFunction(torch.autograd.Function):
-    """h = scan of the cell over its inputs; gradients from the reverse scan. The eager CUDA path: the same launches
-    as the custom op `flashrnn_kernels::scan_forward` (which torch.compile sees), without the op dispatch's host cost
-    (about 60 us per call on an H200 host)."""
-
-    @staticmethod
-    def forward(ctx, cell: str, h0: torch.Tensor | None, *inputs: torch.Tensor) -> torch.Tensor:
-        (h,) = run_scan(cell, "forward", inputs, h0)
-        ctx.cell = cell
-        ctx.has_h0 = h0 is not None
-        ctx.save_for_backward(h, h0, *inputs)
-        return h
-
-    @staticmethod
-    def backward(ctx, dh: torch.Tensor):
-        h, h0, *inputs = ctx.saved_tensors
-        *grads, grad_h0 = run_scan(ctx.cell, "backward", tuple(inputs), h0, dh.contiguous(), h)
-        grad_h0 = grad_h0.to(h0.dtype) if grad_h0 is not None else None
-        return (None, grad_h0, *grads)
