@@ -28,7 +28,9 @@ static_assert(M_TILES == 1, "backward: a warp owns one 16-row tile of R^T");
 #define SM_F32 (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
 #define SM_ELEM (SM_F32 + STAGES * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
 #define SM_RED (SM_ELEM + STAGES * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
-#define SM_TOTAL (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define SM_BARS (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define SM_TOTAL (SM_BARS + 16)  // VECTOR_BUFFERS <= 2 exchange mbarriers
+static_assert(SM_BARS % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
@@ -43,6 +45,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
     float* stage_f32 = reinterpret_cast<float*>(smem + SM_F32);
     elem_t* stage_elem = reinterpret_cast<elem_t*>(smem + SM_ELEM);
     float* red = reinterpret_cast<float*>(smem + SM_RED);
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SM_BARS);
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
     constexpr int F32_TILE = BATCH_TILE * STAGE_F32_ROWS * ROWS, ELEM_TILE = BATCH_TILE * ROWS;
@@ -106,6 +109,8 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
 #pragma unroll 1
     for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
     cp_async_wait_group<STAGES - 2>();
+    VectorExchange exchange;  // the gate gradients of iterations 0 .. T-1 between the blocks of a cluster
+    exchange.init(bars, G, ROWS, 0, T - 1);
     cluster_barrier();
 
     // Iteration `it` processes step t = T-1-it with the recurrent gradient of dx_{t+1} (none at it = 0);
@@ -181,10 +186,10 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                 }
         }
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
-#if CLUSTER_BLOCKS > 1
         __syncthreads();
-        broadcast_slice(Vn, G, DH, u_block, ROWS);
+#if CLUSTER_BLOCKS > 1
+        exchange.push(Vn, it, G, DH, u_block, ROWS);
+        exchange.wait(it, T - 1);
 #endif
-        cluster_barrier();
     }
 }

@@ -323,27 +323,88 @@ __device__ __forceinline__ int cluster_rank() {
 #endif
 }
 
-// Copy columns [col0, col0 + cols) of every batch row of the local vector buffer V to the same place in the
-// other blocks of the cluster (16-byte distributed shared-memory stores). Call between two block barriers.
-__device__ __forceinline__ void broadcast_slice(const elem_t* V, int j_count, int j_stride, int col0, int cols) {
+// The cluster's exchange of the step vector. Fill f of the vector (h_f forward; the gate gradients of iteration f
+// backward) lives in buffer VBUF(f) of every block; each block computes the slice [col0, col0 + cols) of every
+// batch row (j_count groups of columns j_stride apart) and pushes it to its peers with st.async, which counts the
+// bytes on the peer's mbarrier of that buffer. A block then waits on its own mbarrier only: no cluster-wide
+// barrier per step, and no release fence that would also wait for the step's global stores.
+// Buffer reuse is safe without a barrier: a block pushes fill f + VECTOR_BUFFERS into a peer only after it has
+// received fill f + VECTOR_BUFFERS - 1 from that peer, which the peer sent after reading fill f (with one buffer,
+// the kernels keep a cluster barrier between the read and the write).
+struct VectorExchange {
+    u32 bars;    // shared address of VECTOR_BUFFERS mbarriers, 8 bytes apart
+    u32 parity;  // bit i: the phase parity of buffer i's next completion
+    u32 bytes;   // bytes one fill brings from the peers
+
+    // Set up the mbarriers (thread 0) and expect fills first .. first + VECTOR_BUFFERS - 1 up to `last`. The
+    // caller's next cluster barrier publishes them to the peers before any push.
+    __device__ __forceinline__ void init(unsigned long long* smem_bars, int j_count, int cols, int first, int last) {
+        bars = smem_addr(smem_bars);
+        parity = 0;
+        bytes = (u32)((CLUSTER_BLOCKS - 1) * BATCH_TILE * j_count * cols * (int)sizeof(elem_t));
 #if CLUSTER_BLOCKS > 1
-    const int rank = cluster_rank();
-    const int chunks = cols * (int)sizeof(elem_t) / 16, per_b = j_count * chunks;
-    const int total = BATCH_TILE * per_b;
-    for (int i = threadIdx.x; i < total * (CLUSTER_BLOCKS - 1); i += THREADS) {
-        const int r = i / total, rest = i - r * total;
-        const int target = r < rank ? r : r + 1;
-        const int b = rest / per_b, jc = rest - b * per_b, j = jc / chunks, c = jc - j * chunks;
-        const elem_t* p = V + b * V_STRIDE + j * j_stride + col0 + c * (16 / (int)sizeof(elem_t));
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-        u32 remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(target));
-        asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z),
-                     "r"(v.w)
-                     : "memory");
-    }
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int i = 0; i < VECTOR_BUFFERS; ++i)
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * i) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        for (int f = first; f < first + VECTOR_BUFFERS && f <= last; ++f) expect(f);
 #endif
-}
+    }
+
+    __device__ __forceinline__ void expect(int fill) const {
+#if CLUSTER_BLOCKS > 1
+        if (threadIdx.x == 0)
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bars + 8 * VBUF(fill & 1)),
+                         "r"(bytes)
+                         : "memory");
+#endif
+    }
+
+    // Send this block's slice of `fill` (V: its buffer) to every peer. Call after a block barrier that follows
+    // the slice's writes.
+    __device__ __forceinline__ void push(const elem_t* V, int fill, int j_count, int j_stride, int col0,
+                                         int cols) const {
+#if CLUSTER_BLOCKS > 1
+        const int rank = cluster_rank();
+        const int chunks = cols * (int)sizeof(elem_t) / 16, per_b = j_count * chunks;
+        const int total = BATCH_TILE * per_b;
+        const u32 bar = bars + 8 * VBUF(fill & 1);
+        for (int i = threadIdx.x; i < total * (CLUSTER_BLOCKS - 1); i += THREADS) {
+            const int r = i / total, rest = i - r * total;
+            const int target = r < rank ? r : r + 1;
+            const int b = rest / per_b, jc = rest - b * per_b, j = jc / chunks, c = jc - j * chunks;
+            const elem_t* p = V + b * V_STRIDE + j * j_stride + col0 + c * (16 / (int)sizeof(elem_t));
+            const uint4 v = *reinterpret_cast<const uint4*>(p);
+            u32 remote, remote_bar;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(target));
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar), "r"(target));
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1,%2,%3,%4}, [%5];"
+                         ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+                         : "memory");
+        }
+#endif
+    }
+
+    // Wait until every peer's slice of `fill` has landed, then expect the next fill of the same buffer.
+    __device__ __forceinline__ void wait(int fill, int last) {
+#if CLUSTER_BLOCKS > 1
+        const int buf = VBUF(fill & 1);
+        const u32 bar = bars + 8 * buf, phase = (parity >> buf) & 1;
+        u32 done = 0;
+        while (!done)
+            asm volatile(
+                "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                "selp.u32 %0, 1, 0, p;\n}"
+                : "=r"(done)
+                : "r"(bar), "r"(phase)
+                : "memory");
+        parity ^= 1u << buf;
+        if (fill + VECTOR_BUFFERS <= last) expect(fill + VECTOR_BUFFERS);
+#endif
+    }
+};
 
 // Write rows [0, cols) of a batch-major shared tile (row stride src_stride elements) to global memory at
 // dst + b*dst_stride_b + j*dst_stride_j (elements), skipping batches >= valid_b.

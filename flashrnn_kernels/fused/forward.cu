@@ -4,7 +4,8 @@
 // block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS_PER_BLOCK) with all GATES gates of each, so its
 // warps' accumulators hold every gate of the same (unit, batch) elements and the cell step runs in registers.
 // R stays on chip for the whole sequence; the non-h states stay in registers; h_t is exchanged through shared
-// memory (double buffered: one barrier per step; distributed shared memory inside a cluster). Wx of step t+1 is
+// memory (double buffered: one barrier per step; inside a cluster each block pushes its slice to the others with
+// st.async and waits on its own mbarrier, engine.cuh's VectorExchange). Wx of step t+1 is
 // staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory from registers.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
@@ -24,7 +25,9 @@ static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
 #define SM_WX (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
 #define SM_RED (SM_WX + STAGES * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
-#define SM_TOTAL (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define SM_BARS (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define SM_TOTAL (SM_BARS + 16)  // VECTOR_BUFFERS <= 2 exchange mbarriers
+static_assert(SM_BARS % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
@@ -37,6 +40,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
     elem_t* wx_stage = reinterpret_cast<elem_t*>(smem + SM_WX);
     float* red = reinterpret_cast<float*>(smem + SM_RED);
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SM_BARS);
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
     const int head = blockIdx.x / CLUSTER_BLOCKS, rank = blockIdx.x % CLUSTER_BLOCKS;
@@ -92,6 +96,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 #pragma unroll 1
     for (int t = 0; t < STAGES - 1; ++t) stage_wx(t);
     cp_async_wait_group<STAGES - 2>();
+    VectorExchange exchange;  // h_1 .. h_T between the blocks of a cluster
+    exchange.init(bars, 1, ROWS, 1, T);
     cluster_barrier();
 
     const size_t h_stride_b = (size_t)T * unit_stride;
@@ -145,11 +151,11 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                 }
         }
         cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
-#if CLUSTER_BLOCKS > 1
         __syncthreads();
-        broadcast_slice(Vn, 1, 0, o_block, ROWS);
+#if CLUSTER_BLOCKS > 1
+        exchange.push(Vn, t + 1, 1, 0, o_block, ROWS);
+        exchange.wait(t + 1, T);
 #endif
-        cluster_barrier();
     }
 
     // The last states.

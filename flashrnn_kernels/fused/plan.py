@@ -19,7 +19,7 @@ from constrint import Infeasible, Model, Solution
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-5"
+VERSION = "fused-6"
 """Bumped whenever the model, the cost or the kernels' layout change: old disk-cached plans are then ignored."""
 
 _memory: dict[str, KernelPlan] = {}

@@ -27,16 +27,18 @@ from constrint import Model
 
 from .problem import FusedProblem
 
-BASE_REGISTERS = {"forward": 64, "backward": 80}
+BASE_REGISTERS = {"forward": 48, "backward": 80}  # addresses, loop state, pointwise temporaries (ptxas -v)
 REGISTER_MARGIN = 16  # headroom for the scheduler (sm_80 code needs a few more registers than sm_90)
-STREAM_REGISTERS = 24  # fragments of the unrolled L2 stream in flight  # addresses, loop state, pointwise temporaries (ptxas -v)
+STREAM_REGISTERS = 16  # fragments of the unrolled L2 stream in flight
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
 SMEM_BYTES_PER_CYCLE = 128
+EXCHANGE_BARRIER_BYTES = 16  # the mbarriers of the cluster's step-vector exchange (one per vector buffer)
 L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132 SMs at ~1.9 GHz)
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
 CLUSTER_BARRIER = 380  # cycles (0.19 us)
 CLUSTER_EXCHANGE = 980  # cycles: cluster barrier + DSMEM exchange (~0.3 us)
+CLUSTER_BARRIER_IN_STEP = 900  # cycles: a second cluster barrier per step waits for the slowest block (~0.45 us)
 STAGE_LATENCY = 600  # cycles of HBM latency left exposed per missing stage of the 4-deep input pipeline
 POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
 POINTWISE_FIXED = 24
@@ -85,14 +87,18 @@ def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k
         size = size + stages * batch_tile * (p.gates + 2 * (p.states - 1)) * rows * 4  # a_g, s_k, y_k (fp32)
         size = size + stages * batch_tile * 3 * rows * e  # s_h, y_h, dh staging
     slots = warps_k * ((2 * warps_k - 2) // warps_k)  # warps_k partial sums when warps_k > 1, else none
-    return size + slots * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
+    size = size + slots * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
+    return size + EXCHANGE_BARRIER_BYTES
 
 
 def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
-    """Registers per thread: A fragments (plus 2 per unrolled k-tile for the V fragments the scheduler keeps
-    in flight), accumulators, per-element state, fixed part."""
+    """Registers per thread: A fragments (plus 2 per unrolled k-tile for the V fragments the scheduler keeps in
+    flight where one V fragment serves a single m-tile), accumulators, per-element state, fixed part. Calibrated
+    against ptxas -v: the sm_90 1x768 bf16 forward holds 12 register k-tiles in 6 warps, or 6 in 12 warps, without
+    spills; the sm_80 DH=128 backward spills at 32 k-tiles without the V term."""
     mt = m_tiles(p)
-    regs = (fragment_registers(p) * mt + 2) * reg_k_tiles + 4 * mt * n_tiles + BASE_REGISTERS[p.direction]
+    v_regs = 2 if mt == 1 else 0
+    regs = (fragment_registers(p) * mt + v_regs) * reg_k_tiles + 4 * mt * n_tiles + BASE_REGISTERS[p.direction]
     if p.direction == "forward":
         regs = regs + 4 * (p.states - 1) * n_tiles + 2 * p.gates
     else:
@@ -172,7 +178,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
         + (4 - stages) * STAGE_LATENCY
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
-        step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER + (cb - 1) * nt * wm * e
+        step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP + (cb - 1) * nt * wm * e
     bytes_per_cycle = gpu.memory_bandwidth // (gpu.boost_clock_mhz * 1_000_000)
     traffic = p.num_heads * tiles * 8 * nt * p.head_dim * (p.gates + 1) * e // bytes_per_cycle
     return m, waves * step + traffic
