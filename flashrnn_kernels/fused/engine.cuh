@@ -336,8 +336,8 @@ struct VectorExchange {
     u32 parity;  // bit i: the phase parity of buffer i's next completion
     u32 bytes;   // bytes one fill brings from the peers
 
-    // Set up the mbarriers (thread 0) and expect fills first .. first + VECTOR_BUFFERS - 1 up to `last`. The
-    // caller's next cluster barrier publishes them to the peers before any push.
+    // Set up the mbarriers (thread 0) and expect fills first .. first + VECTOR_BUFFERS - 1 up to `last`; every
+    // thread calls it. The caller's next cluster barrier publishes them to the peers before any push.
     __device__ __forceinline__ void init(unsigned long long* smem_bars, int j_count, int cols, int first, int last) {
         bars = smem_addr(smem_bars);
         parity = 0;
@@ -349,6 +349,9 @@ struct VectorExchange {
                 asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * i) : "memory");
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
+        // A block barrier between the initialisation and the first arrival on the mbarriers: without one,
+        // compute-sanitizer's racecheck reports the two as a shared-memory hazard.
+        __syncthreads();
         for (int f = first; f < first + VECTOR_BUFFERS && f <= last; ++f) expect(f);
 #endif
     }

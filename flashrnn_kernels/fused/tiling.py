@@ -16,8 +16,10 @@ Decision variables (per block of the cluster that owns one head and one batch ti
 
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
-k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; cluster barrier ~0.19 us
-plus the distributed shared-memory exchange ~0.3 us, as measured on an H200), and the step's HBM traffic.
+k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; the cluster's exchange of the
+step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us), and the step's HBM
+traffic. The synchronisation costs come from H200 measurements and are coarse: the 1x768 forward's exchange, with
+the skew between the 16 blocks it absorbs, measured 0.7-1.0 us per step.
 """
 from __future__ import annotations
 
@@ -36,8 +38,7 @@ SMEM_BYTES_PER_CYCLE = 128
 EXCHANGE_BARRIER_BYTES = 16  # the mbarriers of the cluster's step-vector exchange (one per vector buffer)
 L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132 SMs at ~1.9 GHz)
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
-CLUSTER_BARRIER = 380  # cycles (0.19 us)
-CLUSTER_EXCHANGE = 980  # cycles: cluster barrier + DSMEM exchange (~0.3 us)
+CLUSTER_EXCHANGE = 980  # cycles: the cluster's exchange of the step vector (st.async + mbarrier wait)
 CLUSTER_BARRIER_IN_STEP = 900  # cycles: a second cluster barrier per step waits for the slowest block (~0.45 us)
 STAGE_LATENCY = 600  # cycles of HBM latency left exposed per missing stage of the 4-deep input pipeline
 POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
