@@ -61,6 +61,8 @@ def run_both(B, T, NH, DH, dtype, grads=True, cell="lstm"):
     ("bf16", 16, 1024, 1, 768),
     ("bf16", 2, 16, 1, 1024),
     ("fp32", 2, 8, 1, 768),
+    ("bf16", 2, 1, 1, 256),  # a cluster exchanging a single vector (T=1), and two (T=2: both buffers' first fills)
+    ("fp16", 3, 2, 1, 512),
 ])
 def test_forward_and_gradients_match_float64(dtype, B, T, NH, DH):
     out, ref = run_both(B, T, NH, DH, DTYPES[dtype])
