@@ -20,7 +20,10 @@ from . import tiling
 from .problem import FusedProblem, dtype_name
 
 VERSION = "fused-6"
-"""Bumped whenever the model, the cost or the kernels' layout change: old disk-cached plans are then ignored."""
+"""Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
+
+_MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes()).hexdigest()
+"""The constraint model and cost model's source: any edit to them also retires the disk-cached plans."""
 
 _memory: dict[str, KernelPlan] = {}
 
@@ -143,7 +146,7 @@ def _gpu_model(gpu: Any) -> Any:
 
 
 def _key(problem: FusedProblem, gpu: Any) -> str:
-    text = json.dumps([VERSION, dataclasses.astuple(problem), gpu.name, repr(gpu)], default=str)
+    text = json.dumps([VERSION, _MODEL_DIGEST, dataclasses.astuple(problem), gpu.name, repr(gpu)], default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

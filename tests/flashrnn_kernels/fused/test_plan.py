@@ -131,6 +131,14 @@ def test_plan_is_cached_in_memory_and_on_disk(tmp_path):
     assert plan("lstm", 16, 12, 64, "bf16", gpu="H200") == first
 
 
+def test_editing_the_tiling_model_retires_cached_plans(tmp_path, monkeypatch):
+    plan("lstm", 16, 12, 64, "bf16", gpu="H200")
+    monkeypatch.setattr(plan_module, "_MODEL_DIGEST", "another model")
+    plan_module._memory.clear()
+    plan("lstm", 16, 12, 64, "bf16", gpu="H200")
+    assert len(list((tmp_path / "plans").glob("*.json"))) == 2  # solved again under a new key
+
+
 def test_batch_size_changes_only_the_batch_tiling():
     a = plan("lstm", 16, 12, 64, "bf16", gpu="H200")
     b = plan("lstm", 13, 12, 64, "bf16", gpu="H200")
