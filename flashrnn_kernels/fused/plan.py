@@ -191,12 +191,11 @@ def _minimize(model: Model, objective: Any) -> Solution | None:
 
 
 def _register_budget(gpu: Any, threads: int, blocks_per_sm: int) -> int:
-    """The per-thread register cap that lets `blocks_per_sm` blocks of `threads` threads share an SM."""
-    parts = gpu.register_file_partitions
+    """The per-thread register cap that `__launch_bounds__(threads, blocks_per_sm)` gives ptxas: the register file
+    shared by `blocks_per_sm` blocks of `threads` threads, in steps of 8, at most the architecture's limit."""
     warps = -(-threads // gpu.warp_size)
-    warps = -(-warps // parts) * parts
-    per_warp = gpu.regs_per_sm // (warps * blocks_per_sm)
-    return min(gpu.max_regs_per_thread, per_warp // gpu.warp_size // 8 * 8)
+    per_thread = gpu.regs_per_sm // (warps * gpu.warp_size * blocks_per_sm)
+    return min(gpu.max_regs_per_thread, per_thread // 8 * 8)
 
 
 def _explain(problem: FusedProblem, gpu: Any, exc: Infeasible) -> str:

@@ -156,6 +156,9 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
           name=f"shared memory of the co-resident blocks <= {gpu.smem_per_sm} bytes per SM")
     m.add(per_sm * warps * gpu.warp_size <= gpu.max_threads_per_sm, name="threads per SM")
+    if p.dtype == "fp32" and p.direction == "forward":
+        m.add(nt == 1, name="fp32 forward: one n-tile per block (with the tf32 split, batch tiles of 16 or 32 spill "
+                            "about 100 registers beyond the register model, ptxas -v)")
     m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")

@@ -29,6 +29,7 @@ CASES = [  # (batch, heads, head_dim, dtype, direction)
     (64, 6, 128, "bf16", "forward"), (16, 6, 128, "bf16", "backward"),
     (16, 3, 256, "bf16", "forward"), (16, 3, 256, "fp16", "backward"),
     (16, 1, 768, "bf16", "forward"), (16, 1, 768, "bf16", "backward"), (256, 1, 512, "bf16", "forward"),
+    (256, 2, 512, "fp32", "forward"), (256, 48, 16, "bf16", "backward"),  # large batch tiles
 ]
 
 
