@@ -31,7 +31,8 @@ from .problem import FusedProblem
 
 BASE_REGISTERS = {"forward": 48, "backward": 80}  # addresses, loop state, pointwise temporaries (ptxas -v)
 REGISTER_MARGIN = 16  # headroom for the scheduler (sm_80 code needs a few more registers than sm_90)
-STREAM_REGISTERS = 16  # fragments of the unrolled L2 stream in flight
+REGISTER_MARGIN_SM100 = 80  # sm_100 forward code needs up to ~72 registers beyond the model where sm_90 needs 16 (ptxas -v)
+STREAM_REGISTERS = 16  # per n-tile: fragments of the unrolled L2 stream in flight (ptxas -v)
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
 SMEM_BYTES_PER_CYCLE = 128
@@ -145,8 +146,9 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
           name=f"threads per block <= {gpu.max_threads_per_block}")
     m.add(warp_groups * parts >= warps, name="warps counted in whole register-file partitions")
     regs = predicted_registers(p, nt, reg_kt)
-    stream_regs = STREAM_REGISTERS if stream_from_l2 else 0
-    m.add(regs + REGISTER_MARGIN + stream_regs <= budget,
+    stream_regs = STREAM_REGISTERS * nt if stream_from_l2 else 0
+    margin = REGISTER_MARGIN_SM100 if gpu.compute_capability >= (10, 0) else REGISTER_MARGIN
+    m.add(regs + margin + stream_regs <= budget,
           name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
@@ -156,9 +158,9 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
           name=f"shared memory of the co-resident blocks <= {gpu.smem_per_sm} bytes per SM")
     m.add(per_sm * warps * gpu.warp_size <= gpu.max_threads_per_sm, name="threads per SM")
-    if p.dtype == "fp32" and p.direction == "forward":
-        m.add(nt == 1, name="fp32 forward: one n-tile per block (with the tf32 split, batch tiles of 16 or 32 spill "
-                            "about 100 registers beyond the register model, ptxas -v)")
+    if p.direction == "forward" and (p.dtype == "fp32" or gpu.compute_capability >= (10, 0)):
+        m.add(nt == 1, name="fp32 or sm_100 forward: one n-tile per block (larger batch tiles spill far beyond the "
+                            "register model there, ptxas -v)")
     m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
