@@ -1,5 +1,5 @@
-"""Every distinct rendered source of a representative plan set, for every cell, compiles with nvcc for sm_80 and
-sm_90, without spills, within the plan's register budget and shared-memory size (ptxas -v)."""
+"""Every distinct rendered source of a representative plan set, for every cell, compiles with nvcc for sm_80,
+sm_89, sm_90 and sm_100, without spills, within the plan's register budget and shared-memory size (ptxas -v)."""
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +21,7 @@ from flashrnn_kernels.runtime.compile import KERNEL_DIR
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
-GPUS = {"sm_80": "A100-SXM4-80GB", "sm_90": "H200-SXM-141GB"}
+GPUS = {"sm_80": "A100-SXM4-80GB", "sm_89": "L40S", "sm_90": "H200-SXM-141GB", "sm_100": "B200"}
 CASES = [  # (batch, heads, head_dim, dtype, direction)
     (16, 48, 16, "bf16", "forward"), (16, 48, 16, "fp32", "backward"),
     (16, 12, 64, "bf16", "forward"), (16, 12, 64, "bf16", "backward"), (16, 12, 64, "fp16", "forward"),
@@ -62,7 +62,7 @@ def _compile(p: KernelPlan, directory: Path) -> tuple[KernelPlan, str, int]:
 def test_generated_sources_compile_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHRNN_CACHE_DIR", str(tmp_path))
     plans = _plans()
-    assert {p.arch for p in plans} == {"sm_80", "sm_90"} and len(plans) >= 12 * len(CELLS)
+    assert {p.arch for p in plans} == set(GPUS) and len(plans) >= 24 * len(CELLS)
     for cell in CELLS:
         assert {(p.arch, p.direction) for p in plans if p.cell == cell} == {
             (arch, direction) for arch in GPUS for direction in ("forward", "backward")}
