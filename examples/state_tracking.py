@@ -76,10 +76,10 @@ class TransformerTagger(nn.Module):
         return self.head(self.encoder(x, mask=causal, is_causal=True))
 
 
-def _masked_loss_and_accuracy(logits: Tensor, targets: Tensor, lengths: Tensor) -> tuple[Tensor, float]:
+def _masked_loss_and_accuracy(logits: Tensor, targets: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     valid = torch.arange(targets.shape[1], device=targets.device) < lengths[:, None].to(targets.device)
     loss = nn.functional.cross_entropy(logits[valid], targets[valid])
-    accuracy = (logits[valid].argmax(-1) == targets[valid]).float().mean().item()
+    accuracy = (logits[valid].argmax(-1) == targets[valid]).float().mean()
     return loss, accuracy
 
 
@@ -88,19 +88,25 @@ def train(model: nn.Module, task: Task, steps: int, batch: int, train_length: in
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(steps, 1))
-    curve = []
+    losses, accuracies = [], []
     model.train()
-    for step in range(1, steps + 1):
+    for _ in range(steps):
         tokens, targets, lengths = task.draw(batch, train_length, generator, not task.varied_lengths)
-        logits = model(tokens.to(device), lengths)
-        loss, accuracy = _masked_loss_and_accuracy(logits, targets.to(device), lengths)
+        # No host synchronisation inside the loop (non-blocking copies, statistics kept on the device), so that
+        # on a GPU the host queues the next steps while the current one runs.
+        logits = model(tokens.to(device, non_blocking=True), lengths)
+        loss, accuracy = _masked_loss_and_accuracy(logits, targets.to(device, non_blocking=True), lengths)
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        curve.append((step, loss.item(), accuracy))
-    return curve
+        losses.append(loss.detach())
+        accuracies.append(accuracy)
+    if not losses:
+        return []
+    values = zip(torch.stack(losses).tolist(), torch.stack(accuracies).tolist())
+    return [(step, loss, accuracy) for step, (loss, accuracy) in enumerate(values, start=1)]
 
 
 @torch.no_grad()
