@@ -21,7 +21,6 @@ import common
 import torch
 from anchors import cudnn
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 HIDDEN = (2048, 4096)
 BATCH, SEQ, CHECK_SEQ = 16, 1024, 32
 TARGET_HIDDEN = 4096  # target: no slower than cuDNN (recurrence alone) here
@@ -91,7 +90,7 @@ def run(hiddens: Sequence[int], dtypes: Sequence[str], seq: int, repeat: int) ->
     rows = []
     for hidden in hiddens:
         for name in dtypes:
-            dtype, errors = DTYPES[name], []
+            dtype, errors = common.DTYPES[name], []
             row: dict = {"hidden": hidden, "dtype": name, "B": BATCH, "T": seq}
             checked = common.attempt("check", lambda h=hidden, d=dtype: check(h, d, device), errors)
             if checked is not None:
@@ -161,17 +160,13 @@ def crossover(shapes: Sequence[tuple[int, int]], seq: int, repeat: int) -> list[
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="H = 256, T = 64, bf16 only")
-    p.add_argument("--dtypes", default="bf16,fp16,fp32")
+    p.add_argument("--dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16", "fp16", "fp32"))
     p.add_argument("--repeat", type=int, default=10, help="timed calls per measurement (median reported)")
     args = p.parse_args(argv)
-    dtypes = [d for d in args.dtypes.split(",") if d]
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        p.error(f"unknown dtype(s) {bad}; choose from {sorted(DTYPES)}")
     if args.quick:
         rows = run((256,), ("bf16",), 64, 3)
     else:
-        rows = run(HIDDEN, dtypes, SEQ, args.repeat)
+        rows = run(HIDDEN, args.dtypes, SEQ, args.repeat)
     notes = [(f"LSTM, one head, B={BATCH}; alternating = per-step cuBLAS GEMM + pointwise kernel replayed from a CUDA "
              "graph (Wx precomputed). cudnn_inH: torch.nn.LSTM with input_size = hidden (its input projection "
              "included); cudnn_in8: input_size = 8 (the recurrence alone). fp32 with torch's defaults: cuDNN uses TF32 "

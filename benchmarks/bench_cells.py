@@ -24,7 +24,6 @@ import common
 from anchors import flashrnn_pkg
 
 CELLS = ("gru", "slstm", "elman")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SHAPES = ((16, 48), (32, 24), (64, 12), (128, 6), (256, 3), (768, 1))  # (DH, NH)
 CHECK_SEQ = 64  # correctness is checked against the float64 reference at this length
 TORCH_IMPLS = ("cudnn_fp16", "cudnn_fp16_in8", "cudnn_bf16", "cudnn_fp32")
@@ -32,7 +31,6 @@ TORCH_MODULES = {"gru": "GRU", "elman": "RNN"}  # torch.nn twins (cuDNN); sLSTM 
 FLASHRNN_CELLS = ("gru", "slstm")  # flashrnn 1.0.8 runs its GRU on its per-step backend (no fused GRU)
 TARGETS_MS = {("gru", 768, 1): {"fwd": 1.5, "fwd+bwd": 5.0}}
 SPEEDUP_TARGET = 1.5
-DIRECTIONS = ("fwd", "fwd+bwd")
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ def make_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[
 
     spec = get_cell(case.cell)
     G, S = spec.gate_count, spec.state_count
-    dtype = DTYPES[case.dtype]
+    dtype = common.DTYPES[case.dtype]
     B, T, NH, DH = case.batch, case.seq, case.num_heads, case.head_dim
     r_scale = (0.5 if case.cell == "elman" else 1.0) * DH**-0.5
     states = torch.randn(S, B, NH, DH, device=device) * 0.5
@@ -170,7 +168,7 @@ def run_job(job: dict, opts: dict) -> dict:
     if impl in TORCH_IMPLS:
         input_size = 8 if impl.endswith("_in8") else case.hidden
         fns = common.attempt(f"{impl} build", lambda: torch_callables(
-            case.cell, case.hidden, input_size, case.batch, case.seq, DTYPES[impl.split("_")[1]],
+            case.cell, case.hidden, input_size, case.batch, case.seq, common.DTYPES[impl.split("_")[1]],
             torch.device(device)), errors)
     else:
         if impl == "ours":
@@ -181,22 +179,9 @@ def run_job(job: dict, opts: dict) -> dict:
         fns = common.grad_closures(run, *args) if run is not None and args is not None else None
     if fns is None:
         return result
-    failed = set()
-    if job["first_call"]:
-        for direction, fn in zip(DIRECTIONS, fns):
-            result[f"{direction}_first_s"] = common.attempt(
-                f"{impl} {direction} first call", lambda fn=fn: common.time_once(fn) / 1e3, errors)
-            if result[f"{direction}_first_s"] is None:
-                failed.add(direction)
-    if job["check"] and "fwd+bwd" not in failed:
-        errs = common.attempt(f"{impl} check", lambda: check(run, case, device), errors)
-        if errs is not None:
-            result["fwd_err"], result["fwd+bwd_err"] = errs
-    for direction, fn in zip(DIRECTIONS, fns):
-        if direction not in failed:
-            result[f"{direction}_ms"] = common.attempt(
-                f"{impl} {direction}", lambda fn=fn: common.measure(fn, budget_ms=opts["budget_ms"]), errors)
-    return result
+    return common.measure_directions(result, impl, fns, first_call=job["first_call"],
+                                     check=(lambda: check(run, case, device)) if job["check"] else None,
+                                     budget_ms=opts["budget_ms"])
 
 
 # ---------------------------------------------------------------------------------------------- parent side
@@ -239,7 +224,7 @@ def build_rows(cases: list[Case], jobs: list[dict], results: dict[int, dict]) ->
     impls = ("ours", "flashrnn", *TORCH_IMPLS)
     rows = []
     for case in cases:
-        for direction in DIRECTIONS:
+        for direction in common.DIRECTIONS:
             row: dict = {"cell": case.cell, "dtype": case.dtype, "B": case.batch, "T": case.seq,
                          "DH": case.head_dim, "NH": case.num_heads, "direction": direction}
             errors, anchors = [], {}
@@ -258,18 +243,9 @@ def build_rows(cases: list[Case], jobs: list[dict], results: dict[int, dict]) ->
                 # cuDNN expresses only a single head (NH=1); with NH > 1 it solves a larger, dense problem.
                 if impl != "ours" and ms is not None and (impl not in TORCH_IMPLS or case.num_heads == 1):
                     anchors[impl] = ms
-            ours = row.get("ours_ms")
-            if anchors:
-                best = min(anchors, key=anchors.get)
-                row["best_anchor"], row["best_anchor_ms"] = best, anchors[best]
-                row["speedup"] = anchors[best] / ours if ours else None
-            limit = TARGETS_MS.get((case.cell, case.head_dim, case.num_heads), {}).get(direction)
-            if limit is not None:
-                row["target_ms"] = limit
-                row["target"] = "n/a" if ours is None else ("pass" if ours <= limit else "FAIL")
-            speedup = row.get("speedup")
-            row[f"speedup>={SPEEDUP_TARGET}"] = "n/a" if speedup is None else (
-                "pass" if speedup >= SPEEDUP_TARGET else "FAIL")
+            common.rank_anchors(row, anchors)
+            common.judge_targets(row, TARGETS_MS.get((case.cell, case.head_dim, case.num_heads), {}).get(direction),
+                                 SPEEDUP_TARGET)
             row["errors"] = "; ".join(sorted(set(errors)))
             rows.append(row)
     return rows
@@ -316,28 +292,17 @@ def _parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return common.parse_shapes(text, SHAPES)
 
 
-def _parse_names(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(v for v in text.split(",") if v)
-        bad = [v for v in names if v not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError(f"unknown value(s) {bad}; choose from {list(choices)}")
-        return names
-
-    return parse
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes; on a CPU-only torch a plumbing check")
-    p.add_argument("--cells", type=_parse_names(CELLS), default=CELLS)
-    p.add_argument("--dtypes", type=_parse_names(tuple(DTYPES)), default=("bf16", "fp16"))
+    p.add_argument("--cells", type=common.parse_names(CELLS), default=CELLS)
+    p.add_argument("--dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16", "fp16"))
     p.add_argument("--shapes", type=_parse_shapes, default=SHAPES, help="DH:NH pairs, e.g. 64:12,768:1")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--flashrnn-shapes", type=_parse_shapes, default=None, help="default 64:12,768:1 ('none' to skip)")
-    p.add_argument("--flashrnn-dtypes", type=_parse_names(tuple(DTYPES)), default=("bf16",))
-    p.add_argument("--impls", type=_parse_names(("ours", "cudnn", "flashrnn")), default=("ours", "cudnn", "flashrnn"))
+    p.add_argument("--flashrnn-dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16",))
+    p.add_argument("--impls", type=common.parse_names(("ours", "cudnn", "flashrnn")), default=("ours", "cudnn", "flashrnn"))
     p.add_argument("--budget-ms", type=float, default=1500.0, help="timed milliseconds per measurement")
     p.add_argument("--job-timeout-s", type=float, default=240.0, help="kill a measurement running longer")
     p.add_argument("--budget-s", type=float, default=None, help="skip jobs not started after this many seconds")
@@ -356,14 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench_cells: CUDA is not available (torch.cuda.is_available() is False); the benchmark needs a "
               "CUDA GPU. Use --quick for a CPU check of the table plumbing.", file=sys.stderr)
         return 1
-    given = {a.split("=")[0] for a in argv}
     if args.quick:
         quick = {"--dtypes": ("bf16",), "--seq": 256, "--budget-ms": 300.0, "--shapes": ((64, 12), (768, 1))}
         if cpu:  # tiny sizes: the pure-PyTorch reference stands in for the kernel, nothing here is a measurement
             quick.update({"--seq": 8, "--batch": 2, "--budget-ms": 5.0, "--shapes": ((16, 2), (32, 1))})
-        for flag, value in quick.items():
-            if flag not in given:
-                setattr(args, flag[2:].replace("-", "_"), value)
+        common.apply_quick(args, argv, quick)
     if args.flashrnn_shapes is None:
         args.flashrnn_shapes = () if args.quick or cpu else ((64, 12), (768, 1))
     name = args.name or ("fused_cells_plumbing" if cpu else "fused_cells_quick" if args.quick else "fused_cells")
@@ -372,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "pure-PyTorch reference standing in for the fused kernel at tiny sizes.", flush=True)
         if "BENCH_RESULTS_DIR" not in os.environ:
             os.environ["BENCH_RESULTS_DIR"] = tempfile.mkdtemp(prefix="bench_cells_plumbing_")
-        if "--impls" not in given:
+        if "--impls" not in {a.split("=")[0] for a in argv}:
             args.impls = ("ours",)  # cuDNN anchors need CUDA
     title = "Fused GRU, sLSTM and Elman" + (" — PLUMBING CHECK on CPU, stand-in implementation, not measurements"
                                             if cpu else "")
@@ -389,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = build_rows(cases, jobs, results)
     plot_errors: list[str] = []
     for cell in args.cells:
-        for direction in DIRECTIONS:
+        for direction in common.DIRECTIONS:
             stem = f"{name}_{cell}_{direction.replace('+', '')}"
             title = f"{cell} {direction}, B={args.batch}, T={args.seq}{' (CPU plumbing check)' if cpu else ''}"
             long_rows = _long_rows(rows, cell, direction)

@@ -24,7 +24,6 @@ import common
 from anchors import cudnn, flashrnn_pkg
 from anchors.vanilla import lstm_loop
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SHAPES = ((16, 48), (32, 24), (64, 12), (128, 6), (256, 3), (768, 1))  # (DH, NH)
 BATCHES = (2, 4, 8, 16, 32, 64, 128, 256)
 LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -32,7 +31,6 @@ CHECK_SEQ = 64  # correctness is checked against the float64 reference at this l
 CUDNN_IMPLS = ("cudnn_fp16", "cudnn_fp16_in8", "cudnn_bf16", "cudnn_fp32")
 TARGETS_MS = {(64, 12): {"fwd": 0.7, "fwd+bwd": 2.5}, (768, 1): {"fwd": 1.0, "fwd+bwd": 3.5}}
 SPEEDUP_TARGET = 1.5
-DIRECTIONS = ("fwd", "fwd+bwd")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ class Case:
 
 def make_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[torch.Tensor, ...], tuple]:
     """Random ``(Wx, R, b, states)`` and upstream gradients ``(grad_h, grad_last_states)`` for ``case``."""
-    dtype = DTYPES[case.dtype]
+    dtype = common.DTYPES[case.dtype]
     B, T, NH, DH = case.batch, case.seq, case.num_heads, case.head_dim
 
     def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -131,7 +129,7 @@ def run_job(job: dict, opts: dict) -> dict:
     torch.manual_seed(job["seed"])
     if impl in CUDNN_IMPLS:
         input_size = 8 if impl.endswith("_in8") else case.hidden
-        spec = cudnn.CudnnCase(case.hidden, input_size, case.batch, case.seq, DTYPES[impl.split("_")[1]])
+        spec = cudnn.CudnnCase(case.hidden, input_size, case.batch, case.seq, common.DTYPES[impl.split("_")[1]])
         fns = common.attempt(f"{impl} build", lambda: cudnn.callables(spec, torch.device(device)), errors)
     else:
         run = common.attempt(f"{impl} import", lambda: _runner(impl, opts["stand_in"]), errors)
@@ -139,22 +137,9 @@ def run_job(job: dict, opts: dict) -> dict:
         fns = common.grad_closures(run, *args) if run is not None and args is not None else None
     if fns is None:
         return result
-    failed = set()  # a direction whose first call failed is not retried (a failing build can take a minute)
-    if job["first_call"]:
-        for direction, fn in zip(DIRECTIONS, fns):
-            result[f"{direction}_first_s"] = common.attempt(
-                f"{impl} {direction} first call", lambda fn=fn: common.time_once(fn) / 1e3, errors)
-            if result[f"{direction}_first_s"] is None:
-                failed.add(direction)
-    if job["check"] and "fwd+bwd" not in failed:
-        errs = common.attempt(f"{impl} check", lambda: check(run, case, device, errors), errors)
-        if errs is not None:
-            result["fwd_err"], result["fwd+bwd_err"] = errs
-    for direction, fn in zip(DIRECTIONS, fns):
-        if direction not in failed:
-            result[f"{direction}_ms"] = common.attempt(
-                f"{impl} {direction}", lambda fn=fn: common.measure(fn, budget_ms=budget), errors)
-    return result
+    return common.measure_directions(result, impl, fns, first_call=job["first_call"],
+                                     check=(lambda: check(run, case, device, errors)) if job["check"] else None,
+                                     budget_ms=budget)
 
 
 # ---------------------------------------------------------------------------------------------- parent side
@@ -208,7 +193,7 @@ def build_rows(section: str, cases: list[Case], jobs: list[dict], results: dict[
     impls = sorted({job["impl"] for job in jobs}, key=lambda i: ("ours", "flashrnn", *CUDNN_IMPLS, "vanilla").index(i))
     rows = []
     for case in cases:
-        for direction in DIRECTIONS:
+        for direction in common.DIRECTIONS:
             row: dict = {"dtype": case.dtype, "B": case.batch, "T": case.seq, "DH": case.head_dim,
                          "NH": case.num_heads, "direction": direction}
             errors, anchors = [], {}
@@ -228,19 +213,10 @@ def build_rows(section: str, cases: list[Case], jobs: list[dict], results: dict[
                 # cuDNN expresses only a single head (NH=1); with NH > 1 it solves a larger, dense problem.
                 if impl != "ours" and ms is not None and (impl not in CUDNN_IMPLS or case.num_heads == 1):
                     anchors[impl] = ms
-            ours = row.get("ours_ms")
-            if anchors:
-                best = min(anchors, key=anchors.get)
-                row["best_anchor"], row["best_anchor_ms"] = best, anchors[best]
-                row["speedup"] = anchors[best] / ours if ours else None
+            common.rank_anchors(row, anchors)
             if section == "shapes":
-                limit = TARGETS_MS.get((case.head_dim, case.num_heads), {}).get(direction)
-                if limit is not None:
-                    row["target_ms"] = limit
-                    row["target"] = "n/a" if ours is None else ("pass" if ours <= limit else "FAIL")
-                speedup = row.get("speedup")
-                row[f"speedup>={SPEEDUP_TARGET}"] = "n/a" if speedup is None else (
-                    "pass" if speedup >= SPEEDUP_TARGET else "FAIL")
+                common.judge_targets(row, TARGETS_MS.get((case.head_dim, case.num_heads), {}).get(direction),
+                                     SPEEDUP_TARGET)
             row["errors"] = "; ".join(sorted(set(errors)))
             rows.append(row)
     return rows
@@ -293,32 +269,24 @@ def _parse_ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as '2,16,256', got {text!r}")
 
 
-def _parse_dtypes(text: str) -> tuple[str, ...]:
-    names = tuple(v for v in text.split(",") if v)
-    bad = [v for v in names if v not in DTYPES]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown dtype(s) {bad}; choose from {sorted(DTYPES)}")
-    return names
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sections", default="shapes,batch,length", help="comma list of shapes, batch, length")
     p.add_argument("--quick", action="store_true", help="small sizes; on a CPU-only torch a plumbing check")
-    p.add_argument("--dtypes", type=_parse_dtypes, default=("bf16", "fp16"))
+    p.add_argument("--dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16", "fp16"))
     p.add_argument("--shapes", type=_parse_shapes, default=SHAPES, help="DH:NH pairs, e.g. 64:12,768:1")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--mid-shape", type=_parse_shapes, default=((64, 12),), help="DH:NH of the sweeps")
-    p.add_argument("--sweep-dtypes", type=_parse_dtypes, default=("bf16",))
+    p.add_argument("--sweep-dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16",))
     p.add_argument("--batches", type=_parse_ints, default=BATCHES)
     p.add_argument("--lengths", type=_parse_ints, default=LENGTHS)
     p.add_argument("--flashrnn-shapes", type=_parse_shapes, default=None, help="default 64:12,768:1 ('none' to skip)")
-    p.add_argument("--flashrnn-dtypes", type=_parse_dtypes, default=("bf16",))
+    p.add_argument("--flashrnn-dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16",))
     p.add_argument("--flashrnn-sweeps", action="store_true", help="also run flashrnn in the batch sweep "
                    "(it compiles again for every batch size)")
     p.add_argument("--vanilla-shapes", type=_parse_shapes, default=None, help="default 64:12,768:1")
-    p.add_argument("--vanilla-dtypes", type=_parse_dtypes, default=("bf16",))
+    p.add_argument("--vanilla-dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16",))
     p.add_argument("--impls", default="ours,cudnn,flashrnn,vanilla", help="comma list of implementations to run")
     p.add_argument("--budget-ms", type=float, default=1500.0, help="timed milliseconds per measurement")
     p.add_argument("--job-timeout-s", type=float, default=240.0, help="kill a measurement running longer")
@@ -341,15 +309,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _apply_quick(args: argparse.Namespace, argv: Sequence[str], cpu: bool) -> None:
-    given = set(a.split("=")[0] for a in argv)
     defaults = {"--dtypes": ("bf16",), "--seq": 256, "--budget-ms": 300.0, "--batches": (8, 16, 64),
                 "--lengths": (256, 1024, 4096), "--shapes": ((64, 12), (768, 1))}
     if cpu:  # tiny sizes: the pure-PyTorch loop stands in for the kernel, nothing here is a measurement
         defaults.update({"--seq": 8, "--batch": 2, "--budget-ms": 5.0, "--batches": (2, 3), "--lengths": (4, 8),
                          "--shapes": ((8, 2), (16, 1)), "--mid-shape": (8, 2)})
-    for flag, value in defaults.items():
-        if flag not in given:
-            setattr(args, flag[2:].replace("-", "_"), value)
+    common.apply_quick(args, argv, defaults)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -394,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       budget_s=args.budget_s, on_result=save)
         markdown.append(save(results))
         rows = build_rows(section, cases, jobs, results)
-        for direction in DIRECTIONS:
+        for direction in common.DIRECTIONS:
             x = {"shapes": "DH:NH", "batch": "B", "length": "T"}[section]
             suffix = direction.replace("+", "")
             long_rows = _long_rows(rows, direction, x)

@@ -233,6 +233,75 @@ def grad_closures(run: Callable[..., Any], args: tuple, grads: tuple) -> tuple[C
     return forward, forward_backward
 
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DIRECTIONS = ("fwd", "fwd+bwd")
+
+
+def measure_directions(result: dict, impl: str, fns: Sequence[Callable[[], Any]], *, first_call: bool,
+                       check: Callable[[], tuple[float, float]] | None, budget_ms: float) -> dict:
+    """Fill ``result`` (its ``"errors"`` list included) for the ``(forward, forward_backward)`` closures ``fns``:
+    each direction's first-call seconds when ``first_call``, the ``(fwd, fwd+bwd)`` errors of ``check()``, and
+    the median milliseconds. A direction whose first call failed is not retried (a failing build can take a
+    minute), and the check needs the forward+backward to have run."""
+    errors = result["errors"]
+    failed = set()
+    if first_call:
+        for direction, fn in zip(DIRECTIONS, fns):
+            result[f"{direction}_first_s"] = attempt(
+                f"{impl} {direction} first call", lambda fn=fn: time_once(fn) / 1e3, errors)
+            if result[f"{direction}_first_s"] is None:
+                failed.add(direction)
+    if check is not None and "fwd+bwd" not in failed:
+        errs = attempt(f"{impl} check", check, errors)
+        if errs is not None:
+            result["fwd_err"], result["fwd+bwd_err"] = errs
+    for direction, fn in zip(DIRECTIONS, fns):
+        if direction not in failed:
+            result[f"{direction}_ms"] = attempt(
+                f"{impl} {direction}", lambda fn=fn: measure(fn, budget_ms=budget_ms), errors)
+    return result
+
+
+def rank_anchors(row: dict, anchors: dict[str, float]) -> None:
+    """The fastest of ``anchors`` (name -> ms) as the row's best anchor, and its speedup over ``row["ours_ms"]``."""
+    if anchors:
+        best = min(anchors, key=anchors.get)
+        ours = row.get("ours_ms")
+        row["best_anchor"], row["best_anchor_ms"] = best, anchors[best]
+        row["speedup"] = anchors[best] / ours if ours else None
+
+
+def judge_targets(row: dict, limit_ms: float | None, speedup_target: float) -> None:
+    """pass / FAIL / n/a columns: ``ours_ms`` against ``limit_ms`` (when there is one) and the speedup target."""
+    ours = row.get("ours_ms")
+    if limit_ms is not None:
+        row["target_ms"] = limit_ms
+        row["target"] = "n/a" if ours is None else ("pass" if ours <= limit_ms else "FAIL")
+    speedup = row.get("speedup")
+    row[f"speedup>={speedup_target}"] = "n/a" if speedup is None else (
+        "pass" if speedup >= speedup_target else "FAIL")
+
+
+def parse_names(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: comma-separated names, each one of ``choices``."""
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(v for v in text.split(",") if v)
+        bad = [v for v in names if v not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown value(s) {bad}; choose from {list(choices)}")
+        return names
+
+    return parse
+
+
+def apply_quick(args: argparse.Namespace, argv: Sequence[str], settings: dict[str, Any]) -> None:
+    """Set each ``--flag: value`` of ``settings`` on ``args`` unless the flag was given on the command line."""
+    given = {a.split("=")[0] for a in argv}
+    for flag, value in settings.items():
+        if flag not in given:
+            setattr(args, flag[2:].replace("-", "_"), value)
+
+
 def parse_shapes(text: str, every: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
     """``DH:NH`` pairs from ``'64:12,768:1'``; ``'all'`` gives ``every``, ``''`` or ``'none'`` nothing."""
     if text.strip().lower() in ("", "none"):
