@@ -91,7 +91,6 @@ def bench_linear(shape, dname, copy_bw, acc):
         else:
             ms, err = float("nan"), scan
         rows.append(_row("linear_scan", name, shape, dname, ms, moved, copy_bw, error=err))
-    del a, b, at, bt
     return rows
 
 
@@ -164,7 +163,6 @@ def bench_cell(cell, shape, dname, copy_bw, cpu):
             ms = time_host(lambda: loop(*cpu_inputs))
         rows.append(_row(cell, "sequential loop (CPU)", shape, dname, ms, moved["forward"], copy_bw,
                          pass_="forward"))
-    del inputs, dy
     return rows
 
 
