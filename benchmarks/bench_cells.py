@@ -16,7 +16,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -33,50 +32,7 @@ TARGETS_MS = {("gru", 768, 1): {"fwd": 1.5, "fwd+bwd": 5.0}}
 SPEEDUP_TARGET = 1.5
 
 
-@dataclass(frozen=True)
-class Case:
-    """One problem: ``cell`` over ``batch`` x ``seq`` steps of ``num_heads`` heads of ``head_dim`` in ``dtype``."""
-
-    cell: str
-    batch: int
-    seq: int
-    head_dim: int
-    num_heads: int
-    dtype: str
-
-    @property
-    def hidden(self) -> int:
-        return self.head_dim * self.num_heads
-
-
 # ---------------------------------------------------------------------------------------------- worker side
-
-
-def make_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[torch.Tensor, ...], tuple]:
-    """Random ``(Wx, R, b, states)`` in the head-wise layout and upstream gradients ``(grad_h, grad_last)``.
-
-    Scales as in the GPU tests: R ~ N(0, 1/DH) (Elman: half that standard deviation); sLSTM's initial
-    normaliser n >= 1.
-    """
-    from flashrnn_kernels.cells import get_cell
-
-    spec = get_cell(case.cell)
-    G, S = spec.gate_count, spec.state_count
-    dtype = common.DTYPES[case.dtype]
-    B, T, NH, DH = case.batch, case.seq, case.num_heads, case.head_dim
-    r_scale = (0.5 if case.cell == "elman" else 1.0) * DH**-0.5
-    states = torch.randn(S, B, NH, DH, device=device) * 0.5
-    if case.cell == "slstm":  # states h, c, n, m
-        states[2] = 1.0 + states[2].abs()
-
-    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return common.randn(*shape, dtype=dtype, device=device, scale=scale, requires_grad=requires_grad)
-
-    args = (rand(B, T, G, NH, DH), rand(G, NH, DH, DH, scale=r_scale), rand(G, NH, DH, scale=0.5),
-            states.to(dtype).requires_grad_(requires_grad))
-    grads = (common.randn(B, T, NH, DH, dtype=dtype, device=device),
-             common.randn(S, B, NH, DH, dtype=dtype, device=device))
-    return args, grads
 
 
 def torch_callables(cell: str, hidden: int, input_size: int, batch: int, seq: int, dtype: torch.dtype,
@@ -139,10 +95,10 @@ def _reference(cell: str) -> Callable:
     return run
 
 
-def check(run: Callable, case: Case, device: str) -> tuple[float, float]:
+def check(run: Callable, case: common.Case, device: str) -> tuple[float, float]:
     """(forward, gradient) max relative errors of ``run`` against the float64 reference at T <= CHECK_SEQ."""
     small = dataclasses.replace(case, seq=min(case.seq, CHECK_SEQ))
-    args, grads = make_inputs(small, device, requires_grad=True)
+    args, grads = common.cell_inputs(small, device, requires_grad=True)
     if case.cell == "slstm" and args[0].dtype != torch.float32:
         # c, n, m carry exp(-m) of the running maximum m: a loss on them has kinks that rounding of h moves
         # elements across (h itself does not depend on m), so the gradient check loads only h and the last h
@@ -159,7 +115,7 @@ def check(run: Callable, case: Case, device: str) -> tuple[float, float]:
 
 def run_job(job: dict, opts: dict) -> dict:
     """Measure one implementation on one case: forward and forward+backward (plus first call and check)."""
-    case, impl = Case(**job["case"]), job["impl"]
+    case, impl = common.Case(**job["case"]), job["impl"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     errors: list[str] = []
     result: dict = {"errors": errors}
@@ -175,7 +131,7 @@ def run_job(job: dict, opts: dict) -> dict:
             run = _reference(case.cell) if opts["stand_in"] else _ours(case.cell)
         else:
             run = common.attempt(f"{impl} import", lambda: flashrnn_runner(case.cell), errors)
-        args = common.attempt(f"{impl} inputs", lambda: make_inputs(case, device, requires_grad=True), errors)
+        args = common.attempt(f"{impl} inputs", lambda: common.cell_inputs(case, device, requires_grad=True), errors)
         fns = common.grad_closures(run, *args) if run is not None and args is not None else None
     if fns is None:
         return result
@@ -187,14 +143,14 @@ def run_job(job: dict, opts: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- parent side
 
 
-def _job(impl: str, case: Case, *, check: bool = False, first_call: bool = False) -> dict:
+def _job(impl: str, case: common.Case, *, check: bool = False, first_call: bool = False) -> dict:
     return {"impl": impl, "case": dataclasses.asdict(case), "check": check, "first_call": first_call,
             "seed": len(impl) * 1000 + case.batch + case.seq + case.head_dim + CELLS.index(case.cell)}
 
 
-def plan_jobs(args: argparse.Namespace) -> tuple[list[Case], list[dict]]:
+def plan_jobs(args: argparse.Namespace) -> tuple[list[common.Case], list[dict]]:
     """The cases and the jobs measuring them (a torch anchor of one hidden size is measured once per cell)."""
-    cases = [Case(cell, args.batch, args.seq, dh, nh, dt) for cell in args.cells for dt in args.dtypes
+    cases = [common.Case(cell, args.batch, args.seq, dh, nh, dt) for cell in args.cells for dt in args.dtypes
              for dh, nh in args.shapes]
     jobs: list[dict] = []
     anchor_keys: set[tuple] = set()
@@ -202,7 +158,7 @@ def plan_jobs(args: argparse.Namespace) -> tuple[list[Case], list[dict]]:
         key = (case.cell, case.hidden)
         if "cudnn" in args.impls and case.cell in TORCH_MODULES and key not in anchor_keys:
             anchor_keys.add(key)
-            jobs += [_job(impl, Case(case.cell, case.batch, case.seq, case.hidden, 1, impl.split("_")[1]))
+            jobs += [_job(impl, common.Case(case.cell, case.batch, case.seq, case.hidden, 1, impl.split("_")[1]))
                      for impl in TORCH_IMPLS]
     if "ours" in args.impls:
         jobs += [_job("ours", case, check=True, first_call=True) for case in cases]
@@ -213,7 +169,7 @@ def plan_jobs(args: argparse.Namespace) -> tuple[list[Case], list[dict]]:
     return cases, jobs
 
 
-def build_rows(cases: list[Case], jobs: list[dict], results: dict[int, dict]) -> list[dict]:
+def build_rows(cases: list[common.Case], jobs: list[dict], results: dict[int, dict]) -> list[dict]:
     """One wide row per (case, direction): every implementation's time, errors, best anchor, targets."""
     found: dict[tuple, dict] = {}
     for index, job in enumerate(jobs):

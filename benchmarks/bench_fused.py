@@ -16,7 +16,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -33,37 +32,7 @@ TARGETS_MS = {(64, 12): {"fwd": 0.7, "fwd+bwd": 2.5}, (768, 1): {"fwd": 1.0, "fw
 SPEEDUP_TARGET = 1.5
 
 
-@dataclass(frozen=True)
-class Case:
-    """One LSTM problem: ``batch`` x ``seq`` steps of ``num_heads`` heads of ``head_dim`` in ``dtype``."""
-
-    batch: int
-    seq: int
-    head_dim: int
-    num_heads: int
-    dtype: str
-
-    @property
-    def hidden(self) -> int:
-        return self.head_dim * self.num_heads
-
-
 # ---------------------------------------------------------------------------------------------- worker side
-
-
-def make_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[torch.Tensor, ...], tuple]:
-    """Random ``(Wx, R, b, states)`` and upstream gradients ``(grad_h, grad_last_states)`` for ``case``."""
-    dtype = common.DTYPES[case.dtype]
-    B, T, NH, DH = case.batch, case.seq, case.num_heads, case.head_dim
-
-    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return common.randn(*shape, dtype=dtype, device=device, scale=scale, requires_grad=requires_grad)
-
-    args = (rand(B, T, 4, NH, DH), rand(4, NH, DH, DH, scale=DH**-0.5), rand(4, NH, DH, scale=0.5),
-            rand(2, B, NH, DH, scale=0.5))
-    grads = (common.randn(B, T, NH, DH, dtype=dtype, device=device),
-             common.randn(2, B, NH, DH, dtype=dtype, device=device))
-    return args, grads
 
 
 def _reference_run(Wx, R, b, states):
@@ -72,14 +41,14 @@ def _reference_run(Wx, R, b, states):
     return flashrnn_kernels.flashrnn(Wx, R, b, states, cell="lstm", backend="reference")
 
 
-def check(run: Callable, case: Case, device: str, notes: list[str]) -> tuple[float, float]:
+def check(run: Callable, case: common.Case, device: str, notes: list[str]) -> tuple[float, float]:
     """(forward, gradient) relative errors of ``run`` against the float64 reference at T <= CHECK_SEQ.
 
     The reference is ``flashrnn_kernels.flashrnn(..., backend="reference")`` cross-checked against the
     plain loop; if the reference fails, the loop serves alone and ``notes`` says so.
     """
     small = dataclasses.replace(case, seq=min(case.seq, CHECK_SEQ))
-    args, grads = make_inputs(small, device, requires_grad=True)
+    args, grads = common.cell_inputs(small, device, requires_grad=True)
     h, last = run(*args)
     got = torch.autograd.grad((h, last), args, grads)
 
@@ -121,7 +90,7 @@ def _runner(impl: str, stand_in: bool) -> Callable:
 
 def run_job(job: dict, opts: dict) -> dict:
     """Measure one implementation on one case: forward and forward+backward (plus first call and check)."""
-    case, impl = Case(**job["case"]), job["impl"]
+    case, impl = common.Case(**job["case"]), job["impl"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     budget = opts["budget_ms"] * (0.3 if impl == "vanilla" else 1.0)
     errors: list[str] = []
@@ -133,7 +102,7 @@ def run_job(job: dict, opts: dict) -> dict:
         fns = common.attempt(f"{impl} build", lambda: cudnn.callables(spec, torch.device(device)), errors)
     else:
         run = common.attempt(f"{impl} import", lambda: _runner(impl, opts["stand_in"]), errors)
-        args = common.attempt(f"{impl} inputs", lambda: make_inputs(case, device, requires_grad=True), errors)
+        args = common.attempt(f"{impl} inputs", lambda: common.cell_inputs(case, device, requires_grad=True), errors)
         fns = common.grad_closures(run, *args) if run is not None and args is not None else None
     if fns is None:
         return result
@@ -145,19 +114,19 @@ def run_job(job: dict, opts: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- parent side
 
 
-def _job(impl: str, case: Case, *, check: bool = False, first_call: bool = False) -> dict:
+def _job(impl: str, case: common.Case, *, check: bool = False, first_call: bool = False) -> dict:
     return {"impl": impl, "case": dataclasses.asdict(case), "check": check, "first_call": first_call,
             "seed": len(impl) * 1000 + case.batch + case.seq + case.head_dim}
 
 
-def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[Case], list[dict]]:
+def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[common.Case], list[dict]]:
     """The cases of ``section`` and the jobs measuring them (anchors shared by cases are measured once)."""
     if section == "shapes":
-        cases = [Case(args.batch, args.seq, dh, nh, dt) for dt in args.dtypes for dh, nh in args.shapes]
+        cases = [common.Case("lstm", args.batch, args.seq, dh, nh, dt) for dt in args.dtypes for dh, nh in args.shapes]
     else:
         dh, nh = args.mid_shape
         values = args.batches if section == "batch" else args.lengths
-        cases = [Case(v, args.seq, dh, nh, dt) if section == "batch" else Case(args.batch, v, dh, nh, dt)
+        cases = [common.Case("lstm", v, args.seq, dh, nh, dt) if section == "batch" else common.Case("lstm", args.batch, v, dh, nh, dt)
                  for dt in args.sweep_dtypes for v in values]
     jobs: list[dict] = []
     anchor_keys: set[tuple] = set()
@@ -166,7 +135,7 @@ def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[Case], list[
         key = (case.batch, case.seq, case.hidden)
         if key not in anchor_keys and "cudnn" in args.impls:
             anchor_keys.add(key)
-            jobs += [_job(impl, Case(case.batch, case.seq, case.hidden, 1, impl.split("_")[1]))
+            jobs += [_job(impl, common.Case("lstm", case.batch, case.seq, case.hidden, 1, impl.split("_")[1]))
                      for impl in cudnn_impls]
     if "ours" in args.impls:
         jobs += [_job("ours", case, check=section != "length" or case.seq == args.seq, first_call=True)
@@ -182,7 +151,7 @@ def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[Case], list[
     return cases, jobs
 
 
-def build_rows(section: str, cases: list[Case], jobs: list[dict], results: dict[int, dict]) -> list[dict]:
+def build_rows(section: str, cases: list[common.Case], jobs: list[dict], results: dict[int, dict]) -> list[dict]:
     """One wide row per (case, direction): every implementation's time, errors, best anchor, targets."""
     found: dict[tuple, dict] = {}
     for index, job in enumerate(jobs):

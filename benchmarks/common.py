@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,50 @@ def grad_closures(run: Callable[..., Any], args: tuple, grads: tuple) -> tuple[C
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DIRECTIONS = ("fwd", "fwd+bwd")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One recurrent problem: ``cell`` over ``batch`` x ``seq`` steps of ``num_heads`` heads of ``head_dim``
+    in ``dtype``."""
+
+    cell: str
+    batch: int
+    seq: int
+    head_dim: int
+    num_heads: int
+    dtype: str
+
+    @property
+    def hidden(self) -> int:
+        return self.head_dim * self.num_heads
+
+
+def cell_inputs(case: Case, device: str, *, requires_grad: bool) -> tuple[tuple[torch.Tensor, ...], tuple]:
+    """Random ``(Wx, R, b, states)`` in the head-wise layout and upstream gradients ``(grad_h, grad_last)``.
+
+    Scales as in the GPU tests: R ~ N(0, 1/DH) (Elman: half that standard deviation); sLSTM's initial
+    normaliser n >= 1.
+    """
+    from flashrnn_kernels.cells import get_cell
+
+    spec = get_cell(case.cell)
+    G, S = spec.gate_count, spec.state_count
+    dtype = DTYPES[case.dtype]
+    B, T, NH, DH = case.batch, case.seq, case.num_heads, case.head_dim
+    r_scale = (0.5 if case.cell == "elman" else 1.0) * DH**-0.5
+    states = torch.randn(S, B, NH, DH, device=device) * 0.5
+    if case.cell == "slstm":  # states h, c, n, m
+        states[2] = 1.0 + states[2].abs()
+
+    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return randn(*shape, dtype=dtype, device=device, scale=scale, requires_grad=requires_grad)
+
+    args = (rand(B, T, G, NH, DH), rand(G, NH, DH, DH, scale=r_scale), rand(G, NH, DH, scale=0.5),
+            states.to(dtype).requires_grad_(requires_grad))
+    grads = (randn(B, T, NH, DH, dtype=dtype, device=device),
+             randn(S, B, NH, DH, dtype=dtype, device=device))
+    return args, grads
 
 
 def measure_directions(result: dict, impl: str, fns: Sequence[Callable[[], Any]], *, first_call: bool,
