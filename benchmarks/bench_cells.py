@@ -190,15 +190,9 @@ def build_rows(cases: list[common.Case], jobs: list[dict], results: dict[int, di
                 res = found.get(key)
                 if res is None:
                     continue
-                ms = res.get(f"{direction}_ms")
-                row[f"{impl}_ms"] = ms
-                if impl in ("ours", "flashrnn"):
-                    row[f"{impl}_first_s"] = res.get(f"{direction}_first_s")
-                    row[f"{impl}_err"] = res.get(f"{direction}_err")
-                errors += [f"{impl}: {e}" for e in res.get("errors", [])]
                 # cuDNN expresses only a single head (NH=1); with NH > 1 it solves a larger, dense problem.
-                if impl != "ours" and ms is not None and (impl not in TORCH_IMPLS or case.num_heads == 1):
-                    anchors[impl] = ms
+                common.add_result(row, impl, res, direction, errors, anchors,
+                                  is_anchor=impl != "ours" and (impl not in TORCH_IMPLS or case.num_heads == 1))
             common.rank_anchors(row, anchors)
             common.judge_targets(row, TARGETS_MS.get((case.cell, case.head_dim, case.num_heads), {}).get(direction),
                                  SPEEDUP_TARGET)

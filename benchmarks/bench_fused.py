@@ -173,15 +173,9 @@ def build_rows(section: str, cases: list[common.Case], jobs: list[dict], results
                     res = found.get((impl, case.batch, case.seq, case.head_dim, case.num_heads, case.dtype))
                 if res is None:
                     continue
-                ms = res.get(f"{direction}_ms")
-                row[f"{impl}_ms"] = ms
-                if impl in ("ours", "flashrnn"):
-                    row[f"{impl}_first_s"] = res.get(f"{direction}_first_s")
-                    row[f"{impl}_err"] = res.get(f"{direction}_err")
-                errors += [f"{impl}: {e}" for e in res.get("errors", [])]
                 # cuDNN expresses only a single head (NH=1); with NH > 1 it solves a larger, dense problem.
-                if impl != "ours" and ms is not None and (impl not in CUDNN_IMPLS or case.num_heads == 1):
-                    anchors[impl] = ms
+                common.add_result(row, impl, res, direction, errors, anchors,
+                                  is_anchor=impl != "ours" and (impl not in CUDNN_IMPLS or case.num_heads == 1))
             common.rank_anchors(row, anchors)
             if section == "shapes":
                 common.judge_targets(row, TARGETS_MS.get((case.head_dim, case.num_heads), {}).get(direction),

@@ -307,6 +307,20 @@ def measure_directions(result: dict, impl: str, fns: Sequence[Callable[[], Any]]
     return result
 
 
+def add_result(row: dict, impl: str, result: dict, direction: str, errors: list[str], anchors: dict[str, float],
+               *, is_anchor: bool) -> None:
+    """Copy ``impl``'s ``direction`` columns from its job ``result`` into ``row`` (time; first call and error for
+    ours and flashrnn), its errors into ``errors`` and, when it is an anchor of the row, its time into ``anchors``."""
+    ms = result.get(f"{direction}_ms")
+    row[f"{impl}_ms"] = ms
+    if impl in ("ours", "flashrnn"):
+        row[f"{impl}_first_s"] = result.get(f"{direction}_first_s")
+        row[f"{impl}_err"] = result.get(f"{direction}_err")
+    errors += [f"{impl}: {e}" for e in result.get("errors", [])]
+    if is_anchor and ms is not None:
+        anchors[impl] = ms
+
+
 def rank_anchors(row: dict, anchors: dict[str, float]) -> None:
     """The fastest of ``anchors`` (name -> ms) as the row's best anchor, and its speedup over ``row["ours_ms"]``."""
     if anchors:
