@@ -1,6 +1,18 @@
-"""Launch compiled kernels on PyTorch's current CUDA stream with torch tensors as arguments (no copies)."""
+"""Launch compiled kernels on PyTorch's current CUDA stream with torch tensors as arguments (no copies).
+
+The usual launch goes straight to the driver (`cupy.cuda.driver.launchKernel`, i.e. cuLaunchKernel) with a
+parameter block prepared once per (kernel, device, argument types) and thread: one 8-byte slot per argument, a
+constant array holding each slot's address, and a `struct` layout that writes every slot in one call. Per launch
+only the slot values are written; the driver copies them during the call, so the block is free again when it
+returns. Arguments are converted as `as_args` converts them: tensors and None become pointers (None is 0), Python
+ints and bools int32 (OverflowError outside its range), floats float32; the numpy scalars int32, uint32, int64,
+uint64 and float32 keep their width. Any other argument type, a value `struct` refuses (an int beyond int32, a
+float beyond float32) and a thread without a current CUDA context take CuPy's own launch, whose result is the same.
+"""
 from __future__ import annotations
 
+import struct
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +21,12 @@ import torch
 
 _NULL = np.uint64(0)
 _cupy_streams: dict[tuple[int, int], Any] = {}
+_local = threading.local()  # .blocks: {(id(kernel), device index, argument types): _ParamBlock or None}
+_launch_dims_cache: dict[tuple, tuple[int, ...]] = {}
+_LAUNCH_DIMS_KEPT = 4096
+
+_POINTER, _INT32 = "Q", "i4x"  # little-endian slot layouts: 8 bytes, or 4 bytes then 4 zero bytes
+_NUMPY_SLOTS = {np.int32: _INT32, np.uint32: "I4x", np.int64: "q", np.uint64: "Q", np.float32: "f4x"}
 
 
 def pointer(t: torch.Tensor | None) -> np.uint64:
@@ -42,32 +60,150 @@ def as_args(values: Sequence[Any]) -> tuple:
     return tuple(args)
 
 
-def _cupy_stream(stream: torch.cuda.Stream) -> Any:
-    """The CuPy view of a torch stream, made once per (device, stream handle)."""
-    key = (stream.device_index, stream.cuda_stream)
+def current_stream_handle(device_index: int) -> int:
+    """torch's current stream on device `device_index` as a raw cudaStream_t handle (0: the default stream),
+    without building a `torch.cuda.Stream`."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return torch.cuda.current_stream(device_index).cuda_stream
+    return raw(device_index)
+
+
+def _slot(kind: type) -> str | None:
+    """The slot layout of an argument of type `kind`, in `as_args`'s order of checks; None: CuPy's launch."""
+    if kind is type(None) or issubclass(kind, torch.Tensor):
+        return _POINTER
+    if issubclass(kind, int):  # bool and int subclasses included
+        return _INT32
+    if issubclass(kind, float):  # numpy.float64 included: as_args makes it float32 as well
+        return "f4x"
+    return _NUMPY_SLOTS.get(kind)
+
+
+class _ParamBlock:
+    """A kernel's parameter block for one argument-type signature: `fill(args)` writes every slot."""
+
+    __slots__ = ("addresses", "fill", "function", "handle", "kernel", "kernel_params", "slots")
+
+    def __init__(self, kernel: Any, kinds: tuple[type, ...], layouts: list[str]):
+        self.kernel = kernel  # keeps id(kernel) in the cache key from being reused
+        self.function = kernel.kernel  # the cupy.cuda.function.Function of the current device (keeps its module)
+        self.handle = self.function.ptr  # the CUfunction
+        self.slots = np.zeros(len(kinds), dtype=np.uint64)
+        base = self.slots.ctypes.data
+        self.addresses = np.array([base + 8 * i for i in range(len(kinds))], dtype=np.uint64)
+        self.kernel_params = self.addresses.ctypes.data if kinds else 0  # void** kernelParams
+        values = []
+        for i, kind in enumerate(kinds):
+            if kind is type(None):
+                values.append("0")
+            elif issubclass(kind, torch.Tensor):
+                values.append(f"a[{i}].data_ptr()")
+            else:
+                values.append(f"a[{i}]")
+        # one generated call per signature: no per-argument branch or loop on the launch path
+        source = f"def fill(a):\n    pack_into(slots, 0, {', '.join(values)})\n"
+        scope = {"pack_into": struct.Struct("<" + "".join(layouts)).pack_into, "slots": self.slots}
+        exec(source, scope)  # noqa: S102 -- the source holds argument indices only
+        self.fill = scope["fill"]
+
+
+def _param_block(cupy: Any, kernel: Any, index: int, kinds: tuple[type, ...]) -> _ParamBlock | None:
+    """This thread's parameter block for `kernel` on device `index` and these argument types, made on first use;
+    None where the launch goes through CuPy (an unsupported type, or no current context in this thread yet)."""
+    try:
+        blocks = _local.blocks
+    except AttributeError:
+        blocks = _local.blocks = {}
+    key = (id(kernel), index, kinds)
+    found = blocks.get(key, False)
+    if found is not False:
+        return found
+    layouts = [_slot(kind) for kind in kinds]
+    if None in layouts:
+        blocks[key] = None
+        return None
+    if not cupy.cuda.driver.ctxGetCurrent():  # CuPy's launch makes the device's primary context current first
+        return None
+    found = blocks[key] = _ParamBlock(kernel, kinds, layouts)
+    return found
+
+
+def _dims(extent: Sequence[int]) -> tuple[int, int, int]:
+    """A grid or block shape as three extents, each at least 1 (as CuPy's Function.__call__ pads and clamps)."""
+    x, y, z = (*extent, 1, 1)[:3]
+    return max(1, x), max(1, y), max(1, z)
+
+
+def _launch_dims(grid: Sequence[int], block: Sequence[int]) -> tuple[int, ...]:
+    """(grid x, y, z, block x, y, z) as the driver takes them, remembered for hashable (tuple) shapes."""
+    try:
+        return _launch_dims_cache[grid, block]
+    except KeyError:
+        pass
+    except TypeError:  # a list: not hashable
+        return (*_dims(grid), *_dims(block))
+    if len(_launch_dims_cache) >= _LAUNCH_DIMS_KEPT:
+        _launch_dims_cache.clear()
+    found = _launch_dims_cache[grid, block] = (*_dims(grid), *_dims(block))
+    return found
+
+
+def _device_index(device: torch.device | int | str | None) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if type(device) is int:
+        return device
+    device = device if isinstance(device, torch.device) else torch.device(device)
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+def _external_stream(index: int, handle: int) -> Any:
+    """The CuPy view of a raw stream of device `index`, made once per (device, stream handle)."""
+    key = (index, handle)
     found = _cupy_streams.get(key)
     if found is None:
         import cupy
 
-        found = _cupy_streams[key] = cupy.cuda.ExternalStream(stream.cuda_stream, stream.device_index)
+        found = _cupy_streams[key] = cupy.cuda.ExternalStream(handle, index)
     return found
 
 
-def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0,
-           device: torch.device | None = None, stream: torch.cuda.Stream | None = None) -> None:
-    """Launch `kernel` (a `cupy.RawKernel`) on `stream` (default: torch's current stream of `device`, itself
-    defaulting to the current device).
+def _cupy_stream(stream: torch.cuda.Stream) -> Any:
+    """The CuPy view of a torch stream, made once per (device, stream handle)."""
+    return _external_stream(stream.device_index, stream.cuda_stream)
 
-    When the stream's device is CuPy's current device, the kernel's `cupy.cuda.function.Function` is launched
-    with the stream passed explicitly (no device or stream context switches: a few microseconds per call);
-    otherwise both contexts are entered first."""
+
+def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0,
+           device: torch.device | None = None, stream: torch.cuda.Stream | int | None = None) -> None:
+    """Launch `kernel` (a `cupy.RawKernel`) on `stream`: a `torch.cuda.Stream`, a raw stream handle of `device`, or
+    None for torch's current stream of `device` (`device` itself defaulting to the current device).
+
+    When the stream's device is CuPy's current device, the launch goes straight to the driver with this thread's
+    prepared parameter block (see the module docstring), or, for arguments it does not cover, through the kernel's
+    `cupy.cuda.function.Function` with the stream passed explicitly; either way no device or stream context is
+    switched. Otherwise both contexts are entered first and the kernel is called through CuPy."""
     import cupy
 
     if stream is None:
-        stream = torch.cuda.current_stream(device)
-    cupy_stream = _cupy_stream(stream)
-    if cupy.cuda.runtime.getDevice() == stream.device_index:
-        kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, cupy_stream)
+        index = _device_index(device)
+        handle = current_stream_handle(index)
+    elif isinstance(stream, int):
+        index, handle = _device_index(device), stream
+    else:
+        index, handle = stream.device_index, stream.cuda_stream
+    if cupy.cuda.runtime.getDevice() != index:
+        with cupy.cuda.Device(index), _external_stream(index, handle):
+            kernel(tuple(grid), tuple(block), as_args(args), shared_mem=shared_mem)
         return
-    with cupy.cuda.Device(stream.device_index), cupy_stream:
-        kernel(tuple(grid), tuple(block), as_args(args), shared_mem=shared_mem)
+    prepared = _param_block(cupy, kernel, index, tuple(map(type, args)))
+    if prepared is not None:
+        try:
+            prepared.fill(args)
+        except (struct.error, OverflowError):  # out of int32 / float32 range: as_args below raises or converts
+            prepared = None
+    if prepared is None:
+        kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle))
+        return
+    cupy.cuda.driver.launchKernel(prepared.handle, *_launch_dims(grid, block), shared_mem, handle,
+                                  prepared.kernel_params, 0)

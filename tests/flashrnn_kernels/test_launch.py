@@ -1,0 +1,262 @@
+"""runtime.launch against a fake `cupy` whose driver reads the parameter block the way cuLaunchKernel does.
+
+The fake `launchKernel` follows the `void**` it is given to each slot and reads as many bytes as the kernel's
+parameter takes, so the tests check the exact bytes a kernel would receive: pointers, null pointers, int32 of both
+signs, bools, float32, numpy scalars of every width, against `as_args` (what CuPy's own launch passes). They also
+cover the int32 range error, CuPy's launch for other argument types, a thread without a current context, another
+device than CuPy's current one, the stream handle, and one parameter block per thread.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from flashrnn_kernels.runtime import launch as launch_module
+from flashrnn_kernels.runtime.launch import as_args, current_stream_handle, launch
+
+STREAM = 0x5EED
+DEVICE = torch.device("cuda", 0)
+
+
+class FakeFunction:
+    """A `cupy.cuda.function.Function`: a CUfunction handle, and CuPy's launch (recorded)."""
+
+    def __init__(self, handle: int, sizes: tuple[int, ...]):
+        self.ptr, self.sizes, self.calls = handle, sizes, []
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        self.calls.append({"grid": grid, "block": block, "args": args, "smem": shared_mem, "stream": stream})
+
+
+class FakeKernel:
+    """A `cupy.RawKernel` whose parameters take `sizes` bytes each."""
+
+    def __init__(self, fake, sizes: tuple[int, ...]):
+        self.kernel = FakeFunction(0xC0DE00 + len(fake.functions), sizes)
+        fake.functions[self.kernel.ptr] = self.kernel
+        self.calls = []
+        self.fake = fake
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.calls.append({"grid": grid, "block": block, "args": args, "smem": shared_mem,
+                           "entered": list(self.fake.entered)})
+
+
+class FakeExternalStream:
+    def __init__(self, handle, device):
+        self.handle, self.device, self.fake = handle, device, None
+
+    def __enter__(self):
+        self.fake.entered.append(("stream", self.handle, self.device))
+        return self
+
+    def __exit__(self, *exc):
+        self.fake.entered.pop()
+
+
+def make_fake():
+    """(module shaped like cupy, its state): devices, context, launches decoded from the parameter blocks."""
+    fake = types.SimpleNamespace(device=0, context=0xC7C7, functions={}, launches=[], entered=[])
+
+    def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra):
+        for value in (f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra):
+            assert type(value) is int and value >= 0  # what the Cython signature (unsigned int / intptr_t) takes
+        sizes = fake.functions[f].sizes
+        slots = (ctypes.c_uint64 * len(sizes)).from_address(kernel_params) if sizes else []
+        fake.launches.append({
+            "function": f, "grid": (gx, gy, gz), "block": (bx, by, bz), "smem": shared_mem, "stream": stream,
+            "kernel_params": kernel_params, "extra": extra, "slot_addresses": list(slots),
+            "bytes": [ctypes.string_at(address, size) for address, size in zip(slots, sizes)],
+            "slots": [ctypes.string_at(address, 8) for address in slots], "thread": threading.get_ident()})
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            fake.entered.append(("device", self.index))
+            return self
+
+        def __exit__(self, *exc):
+            fake.entered.pop()
+
+    def external_stream(handle, device):
+        stream = FakeExternalStream(handle, device)
+        stream.fake = fake
+        return stream
+
+    module = types.ModuleType("cupy")
+    module.cuda = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDevice=lambda: fake.device),
+        driver=types.SimpleNamespace(launchKernel=launch_kernel, ctxGetCurrent=lambda: fake.context),
+        Device=Device, ExternalStream=external_stream)
+    return module, fake
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    module, state = make_fake()
+    monkeypatch.setitem(sys.modules, "cupy", module)
+    monkeypatch.setattr(launch_module, "_local", threading.local())
+    monkeypatch.setattr(launch_module, "_cupy_streams", {})
+    return state
+
+
+def expected_bytes(args) -> list[bytes]:
+    """The bytes CuPy's launch passes for each argument: those of the numpy scalar `as_args` makes."""
+    return [np.asarray(value).tobytes() for value in as_args(args)]
+
+
+def test_parameter_block_holds_the_exact_argument_bytes(fake):
+    a, b = torch.arange(6.0), torch.zeros(3, dtype=torch.int32)
+    args = (a, b, None, -5, 7, 2**31 - 1, -(2**31), True, False, 1.5, -0.1, float("nan"), np.float64(0.1),
+            np.int64(-2), np.uint64(2**64 - 1), np.int32(-9), np.uint32(2**32 - 1), np.float32(0.1))
+    sizes = (8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4)
+    kernel = FakeKernel(fake, sizes)
+    launch(kernel, (3,), (128, 2), args, shared_mem=4096, device=DEVICE, stream=STREAM)
+    assert kernel.kernel.calls == [] and kernel.calls == []
+    (record,) = fake.launches
+    assert record["function"] == kernel.kernel.ptr and record["extra"] == 0
+    assert record["grid"] == (3, 1, 1) and record["block"] == (128, 2, 1)
+    assert record["smem"] == 4096 and record["stream"] == STREAM
+    got = record["bytes"]
+    assert got == expected_bytes(args)
+    assert got[0] == a.data_ptr().to_bytes(8, "little") and got[2] == bytes(8)
+    assert got[3] == b"\xfb\xff\xff\xff" and got[6] == b"\x00\x00\x00\x80" and got[7] == b"\x01\x00\x00\x00"
+    assert got[9] == struct.pack("<f", 1.5) and got[12] == np.float32(0.1).tobytes()
+    assert got[13] == b"\xfe" + b"\xff" * 7 and got[14] == b"\xff" * 8
+    for slot, size in zip(record["slots"], sizes):  # a 4-byte value leaves its slot's upper half zero
+        assert slot[size:] == bytes(8 - size)
+
+
+def test_block_is_reused_and_rewritten_on_every_call(fake):
+    kernel = FakeKernel(fake, (8, 4, 4))
+    first, second = torch.ones(2), torch.ones(5)
+    launch(kernel, (1,), (32,), (first, 3, 0.25), device=DEVICE, stream=STREAM)
+    launch(kernel, [2, 2], (64,), (second, -4, 8.0), device=DEVICE, stream=STREAM + 1)  # a list shape too
+    one, two = fake.launches
+    assert one["kernel_params"] == two["kernel_params"] and one["slot_addresses"] == two["slot_addresses"]
+    assert one["bytes"] == expected_bytes((first, 3, 0.25))
+    assert two["bytes"] == expected_bytes((second, -4, 8.0)) and two["stream"] == STREAM + 1
+    assert one["grid"] == (1, 1, 1) and two["grid"] == (2, 2, 1) and two["block"] == (64, 1, 1)
+
+
+def test_a_new_argument_signature_gets_its_own_block(fake):
+    kernel = FakeKernel(fake, (8, 4))
+    t = torch.ones(1)
+    launch(kernel, (1,), (1,), (t, 2), device=DEVICE, stream=STREAM)
+    launch(kernel, (1,), (1,), (None, 2.0), device=DEVICE, stream=STREAM)  # other types, other slot layouts
+    launch(kernel, (1,), (1,), (t, 2), device=DEVICE, stream=STREAM)
+    one, two, three = fake.launches
+    assert two["bytes"] == [bytes(8), struct.pack("<f", 2.0)]
+    assert one["kernel_params"] != two["kernel_params"] and one["kernel_params"] == three["kernel_params"]
+
+
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40])
+def test_int_beyond_int32_raises_and_launches_nothing(fake, value):
+    kernel = FakeKernel(fake, (8, 4))
+    with pytest.raises(OverflowError, match=f"kernel int argument {value} does not fit in int32"):
+        launch(kernel, (1,), (1,), (torch.ones(1), value), device=DEVICE, stream=STREAM)
+    assert fake.launches == [] and kernel.kernel.calls == []
+
+
+def test_float_beyond_float32_goes_through_cupy_as_infinity(fake):
+    kernel = FakeKernel(fake, (4,))
+    with pytest.warns(RuntimeWarning, match="overflow"):
+        launch(kernel, (1,), (1,), (1e300,), device=DEVICE, stream=STREAM)
+    assert fake.launches == []
+    (call,) = kernel.kernel.calls
+    assert call["args"] == (np.float32(np.inf),) and type(call["args"][0]) is np.float32
+
+
+def test_other_argument_types_go_through_cupys_launch(fake):
+    kernel = FakeKernel(fake, (8, 2))
+    marker = object()  # e.g. a cupy.ndarray, which CuPy's launch understands
+    t = torch.ones(3)
+    launch(kernel, (4,), (8,), (t, np.float16(1.5)), shared_mem=16, device=DEVICE, stream=STREAM)
+    launch(kernel, (4,), (8,), (t, marker), device=DEVICE, stream=STREAM)
+    assert fake.launches == []
+    first, second = kernel.kernel.calls
+    assert first["args"][0] == np.uint64(t.data_ptr()) and first["args"][1] == np.float16(1.5)
+    assert first["grid"] == (4,) and first["block"] == (8,) and first["smem"] == 16
+    assert (first["stream"].handle, first["stream"].device) == (STREAM, 0)
+    assert second["args"][1] is marker
+
+
+def test_a_thread_without_context_goes_through_cupy_once(fake):
+    kernel = FakeKernel(fake, (4,))
+    fake.context = 0
+    launch(kernel, (1,), (1,), (1,), device=DEVICE, stream=STREAM)
+    assert fake.launches == [] and len(kernel.kernel.calls) == 1
+    fake.context = 0xC7C7  # CuPy's launch made the primary context current
+    launch(kernel, (1,), (1,), (2,), device=DEVICE, stream=STREAM)
+    assert len(kernel.kernel.calls) == 1 and fake.launches[0]["bytes"] == [struct.pack("<i", 2)]
+
+
+def test_stream_of_another_device_enters_its_device_and_stream(fake):
+    fake.device = 1
+    kernel = FakeKernel(fake, (8, 4))
+    t = torch.ones(2)
+    launch(kernel, [2, 3], [32], (t, 5), shared_mem=64, device=DEVICE, stream=STREAM)
+    assert fake.launches == [] and kernel.kernel.calls == []
+    (call,) = kernel.calls
+    assert call["entered"] == [("device", 0), ("stream", STREAM, 0)]
+    assert call["grid"] == (2, 3) and call["block"] == (32,) and call["smem"] == 64
+    assert call["args"] == (np.uint64(t.data_ptr()), np.int32(5)) and type(call["args"][1]) is np.int32
+    assert fake.entered == []
+
+
+def test_torch_stream_and_current_stream(fake, monkeypatch):
+    kernel = FakeKernel(fake, (4,))
+    fake.device = 2
+    launch(kernel, (1,), (1,), (1,), stream=types.SimpleNamespace(device_index=2, cuda_stream=0xAB))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0x1000 + index, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    assert current_stream_handle(5) == 0x1005
+    launch(kernel, (1,), (1,), (1,))
+    launch(kernel, (1,), (1,), (1,), device=torch.device("cuda"))
+    launch(kernel, (1,), (1,), (1,), device=torch.device("cuda", 2))
+    assert [record["stream"] for record in fake.launches] == [0xAB, 0x1002, 0x1002, 0x1002]
+
+
+def test_each_thread_writes_its_own_block(fake):
+    kernel = FakeKernel(fake, (8, 4))
+    tensors = [torch.ones(1) for _ in range(4)]
+    start, end = threading.Barrier(len(tensors)), threading.Barrier(len(tensors))
+
+    def worker(t):
+        start.wait()
+        for i in range(300):
+            launch(kernel, (1,), (1,), (t, i), device=DEVICE, stream=STREAM)
+        end.wait()  # every thread's block stays alive until all are done, so none reuses another's memory
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in tensors]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fake.launches) == 300 * len(tensors)
+    by_thread: dict[int, set[int]] = {}
+    for record in fake.launches:
+        by_thread.setdefault(record["thread"], set()).add(record["kernel_params"])
+        assert record["bytes"][0] in {t.data_ptr().to_bytes(8, "little") for t in tensors}
+    assert all(len(params) == 1 for params in by_thread.values())
+    assert len(set.union(*by_thread.values())) == len(tensors)
+    for t in tensors:  # each thread saw its own tensor with 0, 1, ..., 299 in order
+        mine = [r for r in fake.launches if r["bytes"][0] == t.data_ptr().to_bytes(8, "little")]
+        assert [struct.unpack("<i", r["bytes"][1])[0] for r in mine] == list(range(300))
+
+
+def test_kernel_without_arguments(fake):
+    kernel = FakeKernel(fake, ())
+    launch(kernel, (0,), (0, 0, 0), (), device=DEVICE, stream=STREAM)
+    (record,) = fake.launches
+    assert record["kernel_params"] == 0 and record["bytes"] == []
+    assert record["grid"] == (1, 1, 1) and record["block"] == (1, 1, 1)  # CuPy clamps extents to 1 as well
