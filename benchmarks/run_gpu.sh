@@ -5,7 +5,7 @@
 # when a stage fails, and the run ends with a summary of stage exit codes. Output goes to ${OUT:-/tmp/out}:
 #   run_gpu.log       headers, nvidia-smi, versions, the tail of every stage log, the summary
 #   gpu_tests.log     python3 -m pytest -q -m gpu tests -rs
-#   sanitize.log      compute-sanitizer memcheck and racecheck on benchmarks/sanitize_case.py (2 cases)
+#   sanitize.log      compute-sanitizer memcheck and racecheck: sanitize_case.py (2 cases), sanitize_scan.py
 #   bench_fused.log   benchmarks/bench_fused.py, shapes section (bench_sweeps.log: batch and length sweeps)
 #   host_overhead.log benchmarks/host_overhead.py (host time per call, cProfile)
 #   bench_cells.log   benchmarks/bench_cells.py (GRU, sLSTM, Elman on the fused kernel vs cuDNN and flashrnn)
@@ -127,18 +127,20 @@ EOF
                 SUMMARY+=("sanitize=missing")
                 continue
             fi
-            # Two cases: one block per head (the default), and one head of 256 split over a 16-block cluster
-            # (the distributed shared-memory exchange).
-            for case in "" "--heads 1 --head-dim 256"; do
+            # Three cases: the fused LSTM with one block per head (the default), one head of 256 split over a
+            # 16-block cluster (the distributed shared-memory exchange), and the scan kernels over many chunks (the
+            # look-back between blocks).
+            for case in "sanitize_case.py" "sanitize_case.py --heads 1 --head-dim 256" "sanitize_scan.py"; do
+                label=$(case "$case" in *head-dim*) echo _cluster ;; *scan*) echo _scan ;; *) echo "" ;; esac)
                 for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
                     # No caching allocator, so out-of-bounds accesses are not hidden inside torch's pooled blocks.
                     # Host API errors are not reported: cuda.bindings probes driver entry points that CUDA 13 lacks
                     # (cuGetProcAddress returns CUDA_ERROR_INVALID_VALUE), which is not a kernel error.
                     # shellcheck disable=SC2086
-                    run_stage "sanitize_$tool${case:+_cluster}" "$OUT/sanitize.log" "${SANITIZE_TIMEOUT:-240}" \
+                    run_stage "sanitize_$tool$label" "$OUT/sanitize.log" "${SANITIZE_TIMEOUT:-240}" \
                         env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SANITIZER" --tool "$tool" --error-exitcode 9 \
                         --report-api-errors no \
-                        "$PYTHON" benchmarks/sanitize_case.py $case
+                        "$PYTHON" benchmarks/$case
                 done
             done
             ;;

@@ -22,6 +22,7 @@
 #endif
 
 #include "cells/ops.cuh"
+#include "runtime/async_copy.cuh"
 
 typedef unsigned int u32;
 
@@ -63,10 +64,6 @@ static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 o
 #endif
 #define A_VECS (A_REGS / 4)  // 16-byte vectors per lane of a fragment in shared memory
 typedef u32 afrag_t[A_REGS];
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
 
 #if defined(DTYPE_FP32)
 __device__ __forceinline__ u32 tf32_round(float x) {
@@ -272,17 +269,6 @@ __device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4]
 }
 
 // ---- asynchronous staging of per-step inputs (global -> shared, 16-byte chunks, zero fill past the batch) ----
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Wait until at most N of this thread's committed groups are pending (the older ones have landed).
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // dst[b][j][0:ROW_BYTES] <- src + b*stride_b + j*stride_j (bytes), for b < BATCH_TILE; rows b >= valid_b are zero.
 // The sizes are compile-time so that the loop unrolls into straight-line address arithmetic (it runs every step).

@@ -1,7 +1,8 @@
 """Compile rendered CUDA sources with CuPy (NVRTC) for the current device, cached by content.
 
 A kernel is identified by (source, options, device architecture): the in-memory cache is keyed on the sha256 of
-those; CuPy keeps the compiled cubin on disk under the same content. Compile errors raise `CompileError` with
+those; CuPy keeps the compiled cubin on disk under the same content. The options carry a digest of the package's
+headers (`.cuh`), so an edited header retires cubins cached on disk from its older text. Compile errors raise `CompileError` with
 the compiler log and the path of the dumped source, so a failing plan can be reproduced with nvcc.
 """
 from __future__ import annotations
@@ -15,7 +16,18 @@ from typing import Any
 KERNEL_DIR = Path(__file__).resolve().parent.parent
 """Package root: `#include "cells/ops.cuh"` style includes resolve against it."""
 
-DEFAULT_OPTIONS: tuple[str, ...] = ("-std=c++17", f"-I{KERNEL_DIR}")
+
+
+def headers_digest(root: Path = KERNEL_DIR) -> str:
+    """sha256 prefix of every `.cuh` header under `root` (names and contents): the included text a source's own
+    hash does not cover."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.cuh")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+DEFAULT_OPTIONS: tuple[str, ...] = ("-std=c++17", f"-I{KERNEL_DIR}", f"-DFLASHRNN_HEADERS=0x{headers_digest()}")
 
 _modules: dict[str, Any] = {}
 

@@ -80,6 +80,18 @@ def _slot(kind: type) -> str | None:
     return _NUMPY_SLOTS.get(kind)
 
 
+def _null(_: None) -> int:
+    return 0
+
+
+def _data_ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
 class _ParamBlock:
     """A kernel's parameter block for one argument-type signature: `fill(args)` writes every slot."""
 
@@ -93,19 +105,10 @@ class _ParamBlock:
         base = self.slots.ctypes.data
         self.addresses = np.array([base + 8 * i for i in range(len(kinds))], dtype=np.uint64)
         self.kernel_params = self.addresses.ctypes.data if kinds else 0  # void** kernelParams
-        values = []
-        for i, kind in enumerate(kinds):
-            if kind is type(None):
-                values.append("0")
-            elif issubclass(kind, torch.Tensor):
-                values.append(f"a[{i}].data_ptr()")
-            else:
-                values.append(f"a[{i}]")
-        # one generated call per signature: no per-argument branch or loop on the launch path
-        source = f"def fill(a):\n    pack_into(slots, 0, {', '.join(values)})\n"
-        scope = {"pack_into": struct.Struct("<" + "".join(layouts)).pack_into, "slots": self.slots}
-        exec(source, scope)  # noqa: S102 -- the source holds argument indices only
-        self.fill = scope["fill"]
+        convert = tuple(_null if kind is type(None) else _data_ptr if issubclass(kind, torch.Tensor) else _same
+                        for kind in kinds)
+        pack_into, slots = struct.Struct("<" + "".join(layouts)).pack_into, self.slots
+        self.fill = lambda args: pack_into(slots, 0, *[f(a) for f, a in zip(convert, args)])
 
 
 def _param_block(cupy: Any, kernel: Any, index: int, kinds: tuple[type, ...]) -> _ParamBlock | None:

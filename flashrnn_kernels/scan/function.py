@@ -17,7 +17,7 @@ import torch
 import hwmodels
 
 from ..runtime.compile import get_kernel
-from ..runtime.launch import launch
+from ..runtime.launch import current_stream_handle, launch
 from .plan import ScanPlan, plan
 from .problem import ScanProblem
 
@@ -47,11 +47,12 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
 
 @functools.cache
 def _kernel(p: ScanPlan):
-    return get_kernel(p.source(), KERNEL_NAME)
+    return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.stage_bytes)
 
 
 class StreamWorkspace:
-    """Ticket counter + status words (int32) and the fp32 look-back maps, reused by every launch on one stream.
+    """Ticket counter + status words (int32, one per chunk) and the fp32 look-back maps (one value per channel and
+    chunk), reused by every launch on one stream.
 
     Launches on one stream run in order, so one buffer serves them all: the kernel hands the ticket counter back
     at 0, and a status word written by an earlier launch carries an older epoch, which the kernel reads as "not
@@ -85,15 +86,16 @@ class StreamWorkspace:
 _workspaces: dict[tuple[int, int], StreamWorkspace] = {}
 
 
-def _workspace(stream: torch.cuda.Stream, status_words: int,
+def _workspace(device: torch.device, stream: int, status_words: int,
                work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
+    """The workspace of raw stream handle `stream` on `device` for one launch (see StreamWorkspace.take)."""
     if torch.cuda.is_current_stream_capturing():  # a captured graph replays its arguments: fresh words each time
-        flags = torch.zeros(1 + status_words, device=stream.device, dtype=torch.int32)
-        return flags, tuple(torch.empty(3, max(1, work_len), device=stream.device, dtype=torch.float32)), 1
-    key = (stream.device_index, stream.cuda_stream)
+        flags = torch.zeros(1 + status_words, device=device, dtype=torch.int32)
+        return flags, tuple(torch.empty(3, max(1, work_len), device=device, dtype=torch.float32)), 1
+    key = (device.index, stream)
     ws = _workspaces.get(key)
     if ws is None:
-        ws = _workspaces[key] = StreamWorkspace(stream.device)
+        ws = _workspaces[key] = StreamWorkspace(device)
     return ws.take(status_words, work_len)
 
 
@@ -120,17 +122,17 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     d_tiles, chunks = p.d_tiles(D), p.chunks(T)
     lanes = B * d_tiles
-    stream = torch.cuda.current_stream(x.device)
+    stream = current_stream_handle(x.device.index)
     multi = chunks > 1
-    flags, maps, epoch = _workspace(stream, lanes * chunks * p.tile if multi else 0,
+    flags, maps, epoch = _workspace(x.device, stream, lanes * chunks if multi else 0,
                                     lanes * chunks * p.tile if multi else 1)
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    launch(_kernel(p), (lanes * chunks,), (p.threads_d, p.threads_t),
+    launch(_kernel(p), (p.grid(lanes * chunks),), (p.threads_d, p.threads_t),
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, flags,
-            T, D, d_tiles, lanes, chunks, epoch), stream=stream)
+            T, D, d_tiles, lanes, chunks, epoch), shared_mem=p.stage_bytes, device=x.device.index, stream=stream)
     return (*outs, grad_h0) if backward else outs
 

@@ -7,16 +7,20 @@ the launch bounds give ptxas) is derived here; scan.cu re-checks the block shape
 enters the model: a chunk is `chunk_len` steps, and the number of chunks, ceil(T / chunk_len), is a launch-time
 quantity.
 
-Registers: a thread holds its steps' maps (a, b), 2 * steps * vec values, from the loads to the output; the need
-is REG_OVERHEAD + REG_PER_MAP_FLOAT per value (measured with ptxas -v, see below). The launch bounds cap ptxas at
-regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that cap covers the need, and the
-cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without spills.
+Registers: the minGRU / minLSTM kernels keep their steps' maps (a, b), 2 * steps * vec fp32 values, in registers
+from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value (measured with ptxas -v,
+see below). The linear kernel reads its maps back from the staged inputs and needs LINEAR_REGISTERS whatever the
+shape. The launch bounds cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_blocks only
+where that cap covers the need, and the cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan
+compiles under it without spills.
 
-Cost, in order: enough bytes in flight per SM to cover loaded memory latency at full bandwidth (Little's law from
-the GPU's bandwidth and SM count), enough resident warps that one block's look-back and stores overlap other
-blocks' loads, 16-byte accesses, then the shortest chunk (most parallelism at short T and thin shapes), the least
-padding along D, the fewest rows and larger blocks. A chunk must be long enough that the look-back traffic stays
-under 1/16 of the data.
+Shared memory: two staged chunks of inputs (dynamic) plus the per-row maps (static).
+
+Cost, in order: enough input bytes staged per SM to cover the time a chunk spends in flight and in its carry
+phases at full bandwidth (Little's law from the GPU's bandwidth and SM count), enough resident warps that one
+block's look-back and stores overlap other blocks' loads, 16-byte accesses, then the shortest chunk (most
+parallelism at short T and thin shapes), the least padding along D, the fewest rows and larger blocks. A chunk
+must be long enough that the look-back traffic stays under 1/16 of the data.
 """
 from __future__ import annotations
 
@@ -34,14 +38,18 @@ SOURCE_PATH = Path(__file__).with_name("scan.cu")
 REG_OVERHEAD = 64
 REG_PER_MAP_FLOAT = 2
 MIN_MAP_FLOATS = 16
+LINEAR_REGISTERS = 80
+"""The linear kernel's need: ptxas -v (nvcc 13, sm_90) gave 62-72 registers for every dtype, direction and block
+shape of the test grid."""
 """Register need: REG_OVERHEAD + REG_PER_MAP_FLOAT * (2 * steps * vec), the maps a thread holds being 2 * steps *
 vec values, at least MIN_MAP_FLOATS of them (need >= 96). Measured with nvcc 13 for sm_90 on 32 x 4 blocks under
 caps of 64 / 80 / 96 / 128 registers for every cell, dtype and direction: 32 map values compiled without spills
 at 128 (the forward at 96; bf16 2-step reverses needed 128, 80 spilled), and uncapped ptxas stayed under this need
 for 64 values."""
 
-LATENCY_NS = 2000
-"""Memory latency the bytes in flight must cover (loaded DRAM latency on A100/H100-class parts is 0.6-2 us)."""
+LATENCY_NS = 3000
+"""Time the staged bytes must cover: a chunk's loads are in flight for the loaded DRAM latency (0.6-2 us on
+A100/H100-class parts) plus its look-back (two L2 round trips) and fences."""
 
 TARGET_WARPS = 16
 """Resident warps per SM required, so that blocks in their look-back or store phase overlap blocks still loading."""
@@ -57,9 +65,21 @@ STEP_CHOICES = (2, 4, 8)
 POW2 = tuple(2**k for k in range(11))
 
 
-def register_need(steps: int, vec: int) -> int:
+def register_need(cell: str, steps: int, vec: int) -> int:
     """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD)."""
-    return REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * steps * vec
+    if cell == "linear":
+        return LINEAR_REGISTERS
+    return REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * max(MIN_MAP_FLOATS // 2, steps * vec)
+
+
+def static_smem(threads_t: int, tile: int) -> int:
+    """Bytes of the kernel's static shared memory: s_a, s_b (fp32 [threads_t][tile]) and three ints."""
+    return 4 * 2 * threads_t * tile + 12
+
+
+def stage_bytes(problem: ScanProblem, chunk_len: int, tile: int) -> int:
+    """Bytes of the two staged chunks (dynamic shared memory)."""
+    return 2 * problem.input_count * chunk_len * tile * problem.element_bytes
 
 
 def register_cap(gpu: hwmodels.GPUModel, threads: int, min_blocks: int) -> int:
@@ -78,6 +98,7 @@ class ScanPlan:
     vec: int
     steps: int
     min_blocks: int
+    sm_count: int
     regs_estimate: int
     """Registers per thread ptxas may use: the cap __launch_bounds__(threads, min_blocks) gives it."""
 
@@ -97,8 +118,17 @@ class ScanPlan:
 
     @property
     def smem_bytes(self) -> int:
-        """Static shared memory: per-row maps (a, b), fp32, plus the ticket."""
-        return 4 * 2 * self.threads_t * self.tile + 4
+        """Static shared memory: per-row maps (a, b), fp32, plus the ticket and look-back words."""
+        return static_smem(self.threads_t, self.tile)
+
+    @property
+    def stage_bytes(self) -> int:
+        """Dynamic shared memory: two staged chunks of inputs (the current one and the next)."""
+        return stage_bytes(self.problem, self.chunk_len, self.tile)
+
+    def grid(self, tickets: int) -> int:
+        """Persistent blocks for `tickets` chunks: at most one resident wave."""
+        return max(1, min(tickets, self.min_blocks * self.sm_count))
 
     def d_tiles(self, hidden_dim: int) -> int:
         return -(-hidden_dim // self.tile)
@@ -138,7 +168,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     d_tiles = m.int_var(1, dim, "d_tiles")
     m.int_var(esize, esize, "access_bytes_per_element")
     threads, tile, chunk = td * tt, td * vec, tt * steps
-    smem = 4 * 2 * tt * tile + 4 + gpu.smem_reserved_per_block
+    smem = 4 * 2 * tt * tile + 12 + 2 * inputs * chunk * tile * esize + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
     m.add(m.divides(vec, dim), name="vec_divides_hidden_dim")
@@ -146,30 +176,35 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(tile * esize >= min(128, dim * esize), name="warp_row_covers_128_bytes")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
-    need = REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * steps * vec
-    m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
+    if problem.cell == "linear":
+        need = m.int_var(LINEAR_REGISTERS, LINEAR_REGISTERS, "register_need")
+    else:
+        need = REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * steps * vec
+        m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(need * threads <= gpu.regs_per_block, name="regs_per_block")
-    m.add(smem <= gpu.smem_per_block, name="static_smem_per_block")
+    m.add(smem <= gpu.smem_per_block_optin, name="smem_per_block")
     m.add(chunk * (inputs + 1) * esize >= 16 * LOOKBACK_BYTES, name="lookback_under_1_16")
     m.add(occ * threads <= gpu.max_threads_per_sm, name="occupancy_threads")
     m.add(occ * need * threads <= gpu.regs_per_sm, name="occupancy_registers")  # launch-bound cap >= need
     m.add(occ * smem <= gpu.smem_per_sm, name="occupancy_smem")
     target_kib = gpu.memory_bandwidth // gpu.sm_count * LATENCY_NS // 10**9 // 1024 + 1
     shortfall = m.int_var(0, target_kib, "shortfall_kib")
-    in_flight = occ * threads * steps * inputs * 16  # bytes of loads issued before the first use, per SM
+    in_flight = occ * threads * steps * inputs * vec * esize  # bytes of one staged chunk per block, per SM
     m.add(shortfall * 1024 >= target_kib * 1024 - in_flight, name="shortfall_definition")
-    m.add(occ * threads >= TARGET_WARPS * gpu.warp_size, name="resident_warps")
+    warps_short = m.int_var(0, TARGET_WARPS, "resident_warps_shortfall")
+    m.add(warps_short * gpu.warp_size >= TARGET_WARPS * gpu.warp_size - occ * threads,
+          name="resident_warps_shortfall_definition")
     return m
 
 
 def objective(m: constrint.Model):
-    """Bytes-in-flight shortfall first, then narrow accesses, chunk length, padding along D, rows,
+    """Bytes-in-flight and resident-warp shortfalls first, then narrow accesses, chunk length, padding along D, rows,
     small blocks, registers."""
     v = m.var
     access_bytes = v("vec") * (v("access_bytes_per_element"))
     waste = v("d_tiles") * v("threads_d") * v("vec")
-    return (1024 * v("shortfall_kib") + 8192 * (16 - access_bytes)
+    return (1024 * v("shortfall_kib") + 4096 * v("resident_warps_shortfall") + 8192 * (16 - access_bytes)
             + 4 * v("threads_t") * v("steps") + waste // 16 + v("threads_t") + 1024 // (v("threads_d") * v("threads_t"))
             + v("steps") * v("vec") // 4)
 
@@ -180,9 +215,10 @@ def plan(problem: ScanProblem, gpu: hwmodels.GPUModel) -> ScanPlan:
     m = build_model(problem, gpu)
     sol = m.minimize(objective(m))
     threads = sol["threads_d"] * sol["threads_t"]
-    need = register_need(sol["steps"], sol["vec"])
-    smem = 4 * 2 * sol["threads_t"] * sol["threads_d"] * sol["vec"] + 4
+    need = register_need(problem.cell, sol["steps"], sol["vec"])
+    tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
+    smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile)
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
-                    vec=sol["vec"], steps=sol["steps"], min_blocks=blocks,
+                    vec=sol["vec"], steps=sol["steps"], min_blocks=blocks, sm_count=gpu.sm_count,
                     regs_estimate=register_cap(gpu, threads, blocks))
