@@ -18,7 +18,7 @@ import torch
 from common import machine_line, results_dir, time_cuda, write_results
 
 from flashrnn_kernels import flashrnn, linear_scan
-from flashrnn_kernels.runtime.launch import _cupy_stream, as_args
+from flashrnn_kernels.runtime.launch import launch
 from flashrnn_kernels.scan.function import _kernel, device_plan, run_scan
 
 CALLS = 200
@@ -59,17 +59,17 @@ def cases() -> dict:
     empty = torch.empty(1, device="cuda")
     p = device_plan("linear", a, "forward")
     kernel, y = _kernel(p), torch.empty_like(a)
-    flags = torch.zeros(2, device="cuda", dtype=torch.int32)
-    maps = torch.empty(3, 1, device="cuda")
-    prepared = as_args((a, b, None, None, None, None, y, None, None, None, *maps, flags,
-                        256, 1536, p.d_tiles(1536), 8 * p.d_tiles(1536), 1, 1))
-    stream = _cupy_stream(torch.cuda.current_stream())
-    blocks = 8 * p.d_tiles(1536)
+    lanes, chunks = 8 * p.d_tiles(1536), p.chunks(256)
+    flags = torch.zeros(1 + lanes * chunks, device="cuda", dtype=torch.int32)
+    maps = torch.empty(3, lanes * chunks * p.tile, device="cuda")
+    args = (a, b, None, None, None, None, y, None, None, None, *maps, flags, 256, 1536, p.d_tiles(1536), lanes, chunks)
+    epochs = iter(range(1, 1 << 29))  # a fresh epoch per launch, as the workspace gives
+    launch_shape = ((p.grid(lanes * chunks),), (p.threads_d, p.threads_t))
     return {
         "linear_scan [8, 256, 1536] fp32": lambda: linear_scan(a, b),
         "run_scan (launcher, no checks or op)": lambda: run_scan("linear", "forward", (a, b), None),
-        "CuPy launch, arguments prepared": lambda: kernel.kernel((blocks,), (p.threads_d, p.threads_t), prepared,
-                                                                 0, stream),
+        "launch() (driver call)": lambda: launch(kernel, *launch_shape, (*args, next(epochs)),
+                                                 shared_mem=p.stage_bytes),
         "fused LSTM 12x64 B=16 T=1024 bf16 forward": lambda: flashrnn(Wx, R, bias, backend="fused"),
         "torch.empty_like (reference point)": lambda: torch.empty_like(empty),
     }
