@@ -2,8 +2,9 @@
 
 A kernel is identified by (source, options, device architecture): the in-memory cache is keyed on the sha256 of
 those; CuPy keeps the compiled cubin on disk under the same content. The options carry a digest of the package's
-headers (`.cuh`), so an edited header retires cubins cached on disk from its older text. Compile errors raise `CompileError` with
-the compiler log and the path of the dumped source, so a failing plan can be reproduced with nvcc.
+headers (`.cuh`), so an edited header retires cubins cached on disk from its older text. Compile errors raise
+`CompileError` with the compiler log and the path of the dumped source, so a failing plan can be reproduced with
+nvcc.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from typing import Any
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent
 """Package root: `#include "cells/ops.cuh"` style includes resolve against it."""
-
 
 
 def headers_digest(root: Path = KERNEL_DIR) -> str:

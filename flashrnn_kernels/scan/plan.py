@@ -38,14 +38,15 @@ SOURCE_PATH = Path(__file__).with_name("scan.cu")
 REG_OVERHEAD = 64
 REG_PER_MAP_FLOAT = 2
 MIN_MAP_FLOATS = 16
-LINEAR_REGISTERS = 80
-"""The linear kernel's need: ptxas -v (nvcc 13, sm_90) gave 62-72 registers for every dtype, direction and block
-shape of the test grid."""
 """Register need: REG_OVERHEAD + REG_PER_MAP_FLOAT * (2 * steps * vec), the maps a thread holds being 2 * steps *
 vec values, at least MIN_MAP_FLOATS of them (need >= 96). Measured with nvcc 13 for sm_90 on 32 x 4 blocks under
 caps of 64 / 80 / 96 / 128 registers for every cell, dtype and direction: 32 map values compiled without spills
 at 128 (the forward at 96; bf16 2-step reverses needed 128, 80 spilled), and uncapped ptxas stayed under this need
 for 64 values."""
+
+LINEAR_REGISTERS = 80
+"""The linear kernel's need: ptxas -v (nvcc 13, sm_90) gave 62-72 registers for every dtype, direction and block
+shape of the test grid."""
 
 LATENCY_NS = 3000
 """Time the staged bytes must cover: a chunk's loads are in flight for the loaded DRAM latency (0.6-2 us on
@@ -168,7 +169,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     d_tiles = m.int_var(1, dim, "d_tiles")
     m.int_var(esize, esize, "access_bytes_per_element")
     threads, tile, chunk = td * tt, td * vec, tt * steps
-    smem = 4 * 2 * tt * tile + 12 + 2 * inputs * chunk * tile * esize + gpu.smem_reserved_per_block
+    smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile) + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
     m.add(m.divides(vec, dim), name="vec_divides_hidden_dim")

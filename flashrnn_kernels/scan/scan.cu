@@ -272,14 +272,14 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         // h -> A h + B per channel. The linear cell's maps are its inputs: phase 3 reads them from the stage again.
         // The other cells evaluate their gates once into registers.
 #if SCAN_CELL == 0
-#define MAP_A(i, j) (at.active && at.s0 + (i) < T ? to_float(staged(stage, buf, 0, i, tx, ty)[j]) : 1.0f)
-#define MAP_B(i, j) (at.active && at.s0 + (i) < T ? to_float(staged(stage, buf, 1, i, tx, ty)[j]) : 0.0f)
-#if SCAN_REVERSE
-#undef MAP_A
+#if SCAN_REVERSE  // dh_t gets a_{t+1} dh_{t+1}; nothing at t = T - 1 (s = 0)
 #define MAP_A(i, j) (at.active && at.s0 + (i) < T ? (at.s0 + (i) > 0 ? to_float(staged(stage, buf, 0, i, tx, ty)[j]) \
                                                                       : 0.0f)                                 \
                                                  : 1.0f)
+#else
+#define MAP_A(i, j) (at.active && at.s0 + (i) < T ? to_float(staged(stage, buf, 0, i, tx, ty)[j]) : 1.0f)
 #endif
+#define MAP_B(i, j) (at.active && at.s0 + (i) < T ? to_float(staged(stage, buf, 1, i, tx, ty)[j]) : 0.0f)
 #else
         float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];
 #define MAP_A(i, j) ma[i][j]
