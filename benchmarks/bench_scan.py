@@ -13,7 +13,8 @@ Bandwidth counts each input read once and each output written once, against a de
 the same run. Each measurement's repeat count is cut to about 200 ms of device time, so the default run takes a
 few minutes at most, most of it compiling and allocating; every T here is a power of two, as accelerated-scan
 requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
-`--plans` times the solver's plan against neighbouring plans (results/scan_plans.*).
+`--plans` times the best whole-lane and split-lane plans and their neighbours next to the time model
+(results/scan_plans.*).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import plot, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
-from flashrnn_kernels.scan.plan import register_cap, register_need  # noqa: E402
+from flashrnn_kernels.scan.plan import estimate_ns, register_cap, register_need, split_plan  # noqa: E402
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -111,36 +112,60 @@ def bench_linear(shape, dname, copy_bw, impl):
     return [_row("linear_scan", impl, shape, dname, ms, moved, copy_bw, error=err)]
 
 
+def _neighbours(base):
+    """`base` and the plans one step away from it in one field (threads_d, threads_t, steps: halved or doubled;
+    stages: one more or fewer)."""
+    out = [base]
+    for field, values in (("threads_d", (base.threads_d // 2, base.threads_d * 2)),
+                          ("threads_t", (base.threads_t // 2, base.threads_t * 2)),
+                          ("steps", (base.steps // 2, base.steps * 2)),
+                          ("stages", (base.stages - 1, base.stages + 1))):
+        out += [dataclasses.replace(base, **{field: v}) for v in values if v >= (2 if field == "stages" else 1)]
+    return out
+
+
 def plan_sweep(copy_bw) -> list[dict]:
-    """linear_scan forward with the solver's plan and with neighbouring (threads_t, steps) choices, to check the
-    plan's cost model against measurement."""
+    """linear_scan forward with the best plan with whole lanes and with split lanes, and their neighbours, measured
+    next to the time model's estimate, to check the model (and the choice to split) against measurement."""
     rows = []
     for dname, dtype in DTYPES.items():
-        for shape in ((8, 4096, 1536), (1, 65536, 64)):  # [B, T, D]
+        for shape in ((8, 4096, 1536), (8, 256, 1536), (1, 65536, 64)):  # [B, T, D]
+            B, T, D = shape
             a = (torch.rand(*shape, device="cuda") * 0.5 + 0.5).to(dtype)
             b = torch.randn(*shape, device="cuda").to(dtype)
             chosen = device_plan("linear", a, "forward")
             gpu = _device_gpu(a.device.index or 0)
-            for threads_t in (4, 8, 16, 32):
-                for steps in (2, 4, 8):
-                    threads = chosen.threads_d * threads_t
-                    if threads % 32 or threads > 1024:
+            for split in (False, True):
+                try:
+                    base = split_plan(chosen.problem, gpu, split)
+                except Exception as exc:
+                    print(f"no {'split' if split else 'whole-lane'} plan for {shape} {dname}: {exc}")
+                    continue
+                for trial in _neighbours(base):
+                    need = register_need("linear", trial.steps, trial.vec)
+                    smem = trial.smem_bytes + trial.stage_bytes
+                    if (trial.threads % 32 or trial.threads > 1024 or trial.tile > D or trial.stages < 2
+                            or smem > gpu.smem_per_block_optin):
                         continue
-                    need = register_need(chosen.problem.cell, steps, chosen.vec)
-                    trial = dataclasses.replace(chosen, threads_t=threads_t, steps=steps)
                     try:
-                        occupancy = hwmodels.blocks_per_sm(gpu, threads, need, trial.smem_bytes + trial.stage_bytes).blocks_per_sm
+                        occupancy = hwmodels.blocks_per_sm(gpu, trial.threads, need, smem).blocks_per_sm
                     except hwmodels.LaunchConfigError:  # this block cannot launch with that many registers
                         continue
                     if occupancy == 0:
                         continue
                     trial = dataclasses.replace(trial, min_blocks=occupancy,
-                                                regs_estimate=register_cap(gpu, threads, occupancy))
-                    ms, err = _time(lambda: run_scan("linear", "forward", (a, b), None, kernel_plan=trial))
-                    rows.append(_row("linear_scan", "solver's plan" if trial == chosen else "alternative", shape,
-                                     dname, ms, 3 * a.numel() * a.element_size(), copy_bw, threads_d=trial.threads_d,
-                                     threads_t=threads_t, steps=steps, vec=trial.vec, min_blocks=occupancy,
-                                     error=err))
+                                                regs_estimate=register_cap(gpu, trial.threads, occupancy))
+                    try:
+                        model_us = estimate_ns(trial, gpu) / 1e3
+                    except Exception:  # outside the model's constraints (e.g. fewer warps than it admits)
+                        model_us = float("nan")
+                    ms, err = _time(lambda a=a, b=b, trial=trial: run_scan("linear", "forward", (a, b), None,
+                                                                             kernel_plan=trial))
+                    label = "solver's plan" if trial == chosen else ("best of its kind" if trial == base else "neighbour")
+                    rows.append(_row("linear_scan", label, shape, dname, ms, 3 * a.numel() * a.element_size(),
+                                     copy_bw, lanes="split" if split else "whole", threads_d=trial.threads_d,
+                                     threads_t=trial.threads_t, steps=trial.steps, stages=trial.stages,
+                                     vec=trial.vec, min_blocks=occupancy, model_us=model_us, error=err))
             del a, b
     return rows
 

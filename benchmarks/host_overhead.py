@@ -59,12 +59,11 @@ def cases() -> dict:
     empty = torch.empty(1, device="cuda")
     p = device_plan("linear", a, "forward")
     kernel, y = _kernel(p), torch.empty_like(a)
-    lanes, chunks = 8 * p.d_tiles(1536), p.chunks(256)
-    flags = torch.zeros(1 + lanes * chunks, device="cuda", dtype=torch.int32)
-    maps = torch.empty(3, lanes * chunks * p.tile, device="cuda")
-    args = (a, b, None, None, None, None, y, None, None, None, *maps, flags, 256, 1536, p.d_tiles(1536), lanes, chunks)
-    epochs = iter(range(1, 1 << 29))  # a fresh epoch per launch, as the workspace gives
-    launch_shape = ((p.grid(lanes * chunks),), (p.threads_d, p.threads_t))
+    lanes, segments = 8 * p.d_tiles(1536), p.segments(8 * p.d_tiles(1536), p.chunks(256))
+    words = torch.zeros(2, lanes * segments * p.tile, device="cuda", dtype=torch.int64)
+    args = (a, b, None, None, None, None, y, None, None, None, *words, 256, 1536, p.d_tiles(1536), lanes, segments)
+    epochs = iter(range(1, 1 << 31))  # a fresh epoch per launch, as the workspace gives
+    launch_shape = ((lanes * segments,), (p.threads_d, p.threads_t))
     return {
         "linear_scan [8, 256, 1536] fp32": lambda: linear_scan(a, b),
         "run_scan (launcher, no checks or op)": lambda: run_scan("linear", "forward", (a, b), None),

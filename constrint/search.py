@@ -6,7 +6,9 @@ order (which makes the first solution the lexicographic optimum); the rest by fi
 With an objective, every solution tightens a bound on it (branch and bound) until the search space is empty. Solutions
 come from the ordinary variable order, which on tile models reaches the optimum in a few steps, until progress is
 too slow for the range left (BISECT_RATIO); from then on the objective's domain is bisected first (better half
-first), so that even a huge objective range that improves one unit at a time takes few steps.
+first), so that even a huge objective range that improves one unit at a time takes few steps. Bisection stops
+again when BISECT_GIVE_UP nodes pass without an improvement: an objective whose bound prunes nothing (a weak
+relaxation) makes every refuted half cost the whole tree, so plain branch and bound is faster there.
 
 Every leaf is passed to `verify` (a check against the original constraints) before it is yielded. Near the
 leaves, once the unfixed user variables span at most `block_rows` combinations, the block is enumerated at
@@ -34,6 +36,7 @@ MIN, MAX = "min", "max"
 SPLIT_MIN, SPLIT_MAX = "split-min", "split-max"  # domain bisection, lower / upper half first
 BISECT_PATIENCE = 4  # improving solutions before the rate of progress is judged
 BISECT_RATIO = 256  # then bisect the objective if the range left exceeds this many times the progress so far
+BISECT_GIVE_UP = 2048  # nodes without an improvement after which bisection stops (the bound is not propagating)
 
 
 class Search:
@@ -57,6 +60,7 @@ class Search:
         self.improvements = 0
         self.objective_limit = 0  # the objective's best bound at the root
         self.bisecting = False
+        self.improved_at = 0  # node count at the last improvement
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
         self.nodes = 0
         self.block_rows = block_rows
@@ -91,6 +95,7 @@ class Search:
         if self.first_value is None:
             self.first_value = value
         self.improvements += 1
+        self.improved_at = self.nodes
         done, left = abs(self.first_value - value), abs(value - self.objective_limit)
         self.bisecting = self.bisecting or (self.improvements > BISECT_PATIENCE and left > BISECT_RATIO * done)
 
@@ -105,6 +110,8 @@ class Search:
 
     def _choose(self) -> tuple[int, str]:
         lo, hi = self.store.lo, self.store.hi
+        if self.bisecting and self.nodes - self.improved_at > BISECT_GIVE_UP:
+            self.bisecting = False  # refuted halves cost too much: the bound is not pruning
         if self.bisecting:  # bisect the objective's domain first, better half first
             obj, sense, _ = self.objective
             if lo[obj] != hi[obj]:

@@ -4,9 +4,9 @@ Tensors are [B, T, D], contiguous, one floating dtype (fp32, bf16 or fp16; fp32 
 writes h; the backward runs the same kernel in reverse on dL/dh and the saved h and writes the gradients of the
 cell's inputs and of h0.
 
-Host path per call: a plan from a dict keyed by (cell, device, D, dtype, direction), the look-back workspace
-reused per stream (no allocation and no memset: the kernel resets its ticket counter and status words carry the
-launch's epoch), and one launch.
+Host path per call: a plan from a dict keyed by (cell, device, D, dtype, direction, B and T buckets), for split
+lanes the workspace reused per stream (no allocation and no memset: every published word carries the launch's
+epoch), and one launch.
 """
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ import hwmodels
 from ..runtime.compile import get_kernel
 from ..runtime.launch import current_stream_handle, launch
 from .plan import ScanPlan, plan
-from .problem import ScanProblem
+from .problem import ScanProblem, bucket
 
 KERNEL_NAME = "flashrnn_scan"
 TORCH_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-EPOCH_LIMIT = 1 << 29
-"""Status words hold epoch * 4 + state in an int32: epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
+EPOCH_LIMIT = 1 << 31
+"""Published words carry the epoch in their high 32 bits: epochs run 1 .. EPOCH_LIMIT - 1, then the words are
+zeroed."""
 
 _plans: dict[tuple, ScanPlan] = {}
 
@@ -35,12 +36,14 @@ def _device_gpu(index: int) -> hwmodels.GPUModel:
 
 
 def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
-    """The plan for `cell` on `like`'s device, hidden size and dtype (solved once per key, then a dict lookup)."""
+    """The plan for `cell` on `like`'s device for its [B, T, D] shape and dtype (solved once per bucket of B and T,
+    then a dict lookup)."""
     index = like.device.index if like.device.index is not None else 0
-    key = (cell, index, like.shape[-1], like.dtype, direction)
+    B, T, D = like.shape
+    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T))
     found = _plans.get(key)
     if found is None:
-        problem = ScanProblem(cell, like.shape[-1], TORCH_DTYPES[like.dtype], direction)
+        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction)
         found = _plans[key] = plan(problem, _device_gpu(index))
     return found
 
@@ -51,52 +54,46 @@ def _kernel(p: ScanPlan):
 
 
 class StreamWorkspace:
-    """Ticket counter + status words (int32, one per chunk) and the fp32 look-back maps (one value per channel and
-    chunk), reused by every launch on one stream.
+    """The published words of split lanes on one stream (int64: each segment's map a, b per channel), reused by
+    every launch on the stream.
 
-    Launches on one stream run in order, so one buffer serves them all: the kernel hands the ticket counter back
-    at 0, and a status word written by an earlier launch carries an older epoch, which the kernel reads as "not
-    ready". The words are zeroed only when the buffer grows or the epoch counter wraps."""
+    Launches on one stream run in order, so one buffer serves them all: a word written by an earlier launch carries
+    an older epoch, which the kernel reads as "not yet published". The words are zeroed only when the buffer grows
+    or the epoch counter wraps."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.flags = torch.zeros(1, device=device, dtype=torch.int32)
-        self.work = torch.empty(3, 1, device=device, dtype=torch.float32)
-        self.maps = tuple(self.work)
+        self.words = torch.zeros(2, 1, device=device, dtype=torch.int64)
+        self.maps = tuple(self.words)
         self.epoch = 0
 
-    def take(self, status_words: int, work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
-        """(flags, the three fp32 maps (agg_a, agg_b, incl), epoch) for one launch needing `status_words` words and
-        `work_len` fp32 per map."""
-        if self.flags.numel() < 1 + status_words:
-            self.flags = torch.zeros(max(1 + status_words, 2 * self.flags.numel()), device=self.device,
-                                     dtype=torch.int32)
+    def take(self, words: int) -> tuple[tuple[torch.Tensor, ...], int]:
+        """(the two word arrays (a, b), epoch) for one launch needing `words` words per array."""
+        if self.words.shape[1] < words:
+            self.words = torch.zeros(2, max(words, 2 * self.words.shape[1]), device=self.device, dtype=torch.int64)
+            self.maps = tuple(self.words)
             self.epoch = 0
-        if self.work.shape[1] < work_len:
-            self.work = torch.empty(3, max(work_len, 2 * self.work.shape[1]), device=self.device,
-                                    dtype=torch.float32)
-            self.maps = tuple(self.work)
         self.epoch += 1
         if self.epoch >= EPOCH_LIMIT:
-            self.flags.zero_()
+            self.words.zero_()
             self.epoch = 1
-        return self.flags, self.maps, self.epoch
+        return self.maps, self.epoch
 
 
 _workspaces: dict[tuple[int, int], StreamWorkspace] = {}
 
 
-def _workspace(device: torch.device, stream: int, status_words: int,
-               work_len: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
+def _workspace(device: torch.device, stream: int, words: int) -> tuple[tuple[torch.Tensor, ...], int]:
     """The workspace of raw stream handle `stream` on `device` for one launch (see StreamWorkspace.take)."""
-    if torch.cuda.is_current_stream_capturing():  # a captured graph replays its arguments: fresh words each time
-        flags = torch.zeros(1 + status_words, device=device, dtype=torch.int32)
-        return flags, tuple(torch.empty(3, max(1, work_len), device=device, dtype=torch.float32)), 1
+    if torch.cuda.is_current_stream_capturing():
+        # a captured graph replays the same epoch, so words left by one replay would read as published in the
+        # next: the graph gets a workspace of its own, zeroed by a captured memset before each replay
+        return tuple(torch.zeros(2, max(1, words), device=device, dtype=torch.int64)), 1
     key = (device.index, stream)
     ws = _workspaces.get(key)
     if ws is None:
         ws = _workspaces[key] = StreamWorkspace(device)
-    return ws.take(status_words, work_len)
+    return ws.take(words)
 
 
 def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
@@ -122,17 +119,19 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     d_tiles, chunks = p.d_tiles(D), p.chunks(T)
     lanes = B * d_tiles
+    segments = p.segments(lanes, chunks)
     stream = current_stream_handle(x.device.index)
-    multi = chunks > 1
-    flags, maps, epoch = _workspace(x.device, stream, lanes * chunks if multi else 0,
-                                    lanes * chunks * p.tile if multi else 1)
+    if segments > 1:
+        maps, epoch = _workspace(x.device, stream, lanes * segments * p.tile)
+    else:  # nothing is published: null workspace pointers
+        maps, epoch = (None, None), 0
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    launch(_kernel(p), (p.grid(lanes * chunks),), (p.threads_d, p.threads_t),
-           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, flags,
-            T, D, d_tiles, lanes, chunks, epoch), shared_mem=p.stage_bytes, device=x.device.index, stream=stream)
+    launch(_kernel(p), (lanes * segments,), (p.threads_d, p.threads_t),
+           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, T, D, d_tiles, lanes, segments, epoch),
+           shared_mem=p.stage_bytes, device=x.device.index, stream=stream)
     return (*outs, grad_h0) if backward else outs
 

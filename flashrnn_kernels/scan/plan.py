@@ -1,26 +1,27 @@
-"""ScanPlan: the scan kernel's compile-time shape, chosen by a constrint model from a ScanProblem and a GPUModel.
+"""ScanPlan: the scan kernel's compile-time shape and how it splits lanes, chosen by a constrint model from a
+ScanProblem and a GPUModel.
 
 Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread,
-one 16-byte access at most), `steps` (time steps each thread holds in registers) and `min_blocks` (resident blocks
-per SM the launch bounds promise). Everything else (threads, chunk length, tile, shared memory, the register cap
-the launch bounds give ptxas) is derived here; scan.cu re-checks the block shape by static_assert. Neither T nor B
-enters the model: a chunk is `chunk_len` steps, and the number of chunks, ceil(T / chunk_len), is a launch-time
-quantity.
+one access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages` (chunks staged in shared
+memory), `min_blocks` (resident blocks per SM the launch bounds promise) and `split` (whether lanes are split into
+segments, see scan.cu). Everything else (threads, chunk length, tile, shared memory, the register cap the launch
+bounds give ptxas) is derived here; scan.cu re-checks the block shape by static_assert. The problem carries B and
+T rounded up to powers of two (ScanProblem.for_shape), so one plan serves every shape of its bucket; the number of
+segments is chosen at launch (`segments`): as many as keep every block resident.
 
 Registers: the minGRU / minLSTM kernels keep their steps' maps (a, b), 2 * steps * vec fp32 values, in registers
-from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value (measured with ptxas -v,
-see below). The linear kernel reads its maps back from the staged inputs and needs LINEAR_REGISTERS whatever the
-shape. The launch bounds cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_blocks only
-where that cap covers the need, and the cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan
-compiles under it without spills.
+from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value. The linear kernel reads its
+maps back from the staged inputs and needs LINEAR_REGISTERS whatever the shape. The launch bounds cap ptxas at
+regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that cap covers the need, and the
+cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without spills.
 
-Shared memory: two staged chunks of inputs (dynamic) plus the per-row maps (static).
-
-Cost, in order: enough input bytes staged per SM to cover the time a chunk spends in flight and in its carry
-phases at full bandwidth (Little's law from the GPU's bandwidth and SM count), enough resident warps that one
-block's look-back and stores overlap other blocks' loads, 16-byte accesses, then the shortest chunk (most
-parallelism at short T and thin shapes), the least padding along D, the fewest rows and larger blocks. A chunk
-must be long enough that the look-back traffic stays under 1/16 of the data.
+Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves
+(one when split, so that every block is resident), each as long as the slowest of: a block's DRAM bytes at its
+share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most that SM's even
+share), the bytes through the SM per bytes in flight ((stages - 1) staged chunks) per LATENCY_NS, and its chunks
+at CHUNK_NS of work each. A split lane streams its inputs twice (pass A, then pass B with the outputs); the second
+read comes from L2 when all inputs fit in half of it, else from DRAM; and its look-back adds LOOKBACK_NS plus
+ROUND_NS per round of predecessor loads.
 """
 from __future__ import annotations
 
@@ -38,31 +39,41 @@ SOURCE_PATH = Path(__file__).with_name("scan.cu")
 REG_OVERHEAD = 64
 REG_PER_MAP_FLOAT = 2
 MIN_MAP_FLOATS = 16
-"""Register need: REG_OVERHEAD + REG_PER_MAP_FLOAT * (2 * steps * vec), the maps a thread holds being 2 * steps *
-vec values, at least MIN_MAP_FLOATS of them (need >= 96). Measured with nvcc 13 for sm_90 on 32 x 4 blocks under
-caps of 64 / 80 / 96 / 128 registers for every cell, dtype and direction: 32 map values compiled without spills
-at 128 (the forward at 96; bf16 2-step reverses needed 128, 80 spilled), and uncapped ptxas stayed under this need
-for 64 values."""
+"""Register need of the minGRU / minLSTM kernels: REG_OVERHEAD + REG_PER_MAP_FLOAT * (2 * steps * vec), at least
+MIN_MAP_FLOATS map values (need >= 96). ptxas -v (nvcc 13, sm_90) stays under it for every cell, dtype, direction
+and carry mode of the test grid (32 map values: 92-118 registers against a need of 128)."""
 
-LINEAR_REGISTERS = 80
-"""The linear kernel's need: ptxas -v (nvcc 13, sm_90) gave 62-72 registers for every dtype, direction and block
-shape of the test grid."""
+LINEAR_REGISTERS = 96
+"""The linear kernel's need: capped at 80, ptxas (nvcc 13, sm_80) spilled 24 bytes for a forward of 2-step rows;
+96 compiles every dtype, direction and block shape of the test grid without spills."""
 
-LATENCY_NS = 3000
-"""Time the staged bytes must cover: a chunk's loads are in flight for the loaded DRAM latency (0.6-2 us on
-A100/H100-class parts) plus its look-back (two L2 round trips) and fences."""
+LATENCY_NS = 1500
+"""Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load)."""
 
-TARGET_WARPS = 16
-"""Resident warps per SM required, so that blocks in their look-back or store phase overlap blocks still loading."""
+CHUNK_NS = 400
+"""A block's own work per chunk: phases and their barriers, without memory waits."""
 
-LOOKBACK_BYTES = 16
-"""Workspace bytes per channel and chunk of the look-back (aggregate a, b; inclusive state; status share)."""
+LOOKBACK_NS = 1500
+"""A split lane's look-back, besides its rounds: the wait for the last predecessor's map (the segments' pass A
+times differ), publishing, two barriers."""
 
-MIN_BLOCKS_PER_SM = 2
-"""Resident blocks per SM at least, so one block's loads overlap another's look-back and carry phases."""
+ROUND_NS = 800
+"""One look-back round: a thread loads up to LOOKBACK_PAIRS predecessors' word pairs at once (an L2 round trip)."""
 
-STEP_CHOICES = (2, 4, 8)
+LOOKBACK_PAIRS = 8
+"""Word pairs (a, b) a thread has in flight in one look-back round (scan.cu's U * SCAN_VEC)."""
 
+MIN_CHUNK = 16
+"""Steps per chunk at least: shorter chunks spend more on their barriers and phase 2 than on their data."""
+
+MIN_RESIDENT_WARPS = 8
+"""Warps resident per SM at least, so that one block's phases overlap another's."""
+
+MIN_ROW_BYTES = 64
+"""A tile's row (its channels at one step) spans at least two 32-byte sectors (or all of D)."""
+
+STEP_CHOICES = (2, 4, 8, 16)
+STAGE_CHOICES = (2, 3, 4)
 POW2 = tuple(2**k for k in range(11))
 
 
@@ -74,13 +85,13 @@ def register_need(cell: str, steps: int, vec: int) -> int:
 
 
 def static_smem(threads_t: int, tile: int) -> int:
-    """Bytes of the kernel's static shared memory: s_a, s_b (fp32 [threads_t][tile]) and three ints."""
-    return 4 * 2 * threads_t * tile + 12
+    """Bytes of the kernel's static shared memory: the rows' maps s_a, s_b (fp32 [threads_t][tile])."""
+    return 8 * threads_t * tile
 
 
-def stage_bytes(problem: ScanProblem, chunk_len: int, tile: int) -> int:
-    """Bytes of the two staged chunks (dynamic shared memory)."""
-    return 2 * problem.input_count * chunk_len * tile * problem.element_bytes
+def stage_bytes(problem: ScanProblem, chunk_len: int, tile: int, stages: int) -> int:
+    """Bytes of the staged chunks (dynamic shared memory)."""
+    return stages * problem.input_count * chunk_len * tile * problem.element_bytes
 
 
 def register_cap(gpu: hwmodels.GPUModel, threads: int, min_blocks: int) -> int:
@@ -88,9 +99,17 @@ def register_cap(gpu: hwmodels.GPUModel, threads: int, min_blocks: int) -> int:
     return min(gpu.max_regs_per_thread, gpu.regs_per_sm // (threads * min_blocks)) // 8 * 8
 
 
+def widest_vec(problem: ScanProblem) -> int:
+    """Channels per access: the largest power of two of at most 16 bytes that divides D."""
+    vec = 16 // problem.element_bytes
+    while problem.hidden_dim % vec:
+        vec //= 2
+    return vec
+
+
 @dataclass(frozen=True)
 class ScanPlan:
-    """Compile-time shape of one scan kernel; see the module docstring."""
+    """Compile-time shape and carry mode of one scan kernel; see the module docstring."""
 
     problem: ScanProblem
     arch: str
@@ -98,10 +117,19 @@ class ScanPlan:
     threads_t: int
     vec: int
     steps: int
+    stages: int
     min_blocks: int
+    split: bool
     sm_count: int
     regs_estimate: int
     """Registers per thread ptxas may use: the cap __launch_bounds__(threads, min_blocks) gives it."""
+    estimate_ns: int
+    """The time model's value for the problem's bucket (B, T)."""
+
+    @property
+    def slots(self) -> int:
+        """Blocks resident at once on the GPU."""
+        return self.min_blocks * self.sm_count
 
     @property
     def threads(self) -> int:
@@ -114,22 +142,25 @@ class ScanPlan:
 
     @property
     def chunk_len(self) -> int:
-        """Time steps one block covers."""
+        """Time steps one block covers per chunk."""
         return self.threads_t * self.steps
 
     @property
     def smem_bytes(self) -> int:
-        """Static shared memory: per-row maps (a, b), fp32, plus the ticket and look-back words."""
+        """Static shared memory (see static_smem)."""
         return static_smem(self.threads_t, self.tile)
 
     @property
     def stage_bytes(self) -> int:
-        """Dynamic shared memory: two staged chunks of inputs (the current one and the next)."""
-        return stage_bytes(self.problem, self.chunk_len, self.tile)
+        """Dynamic shared memory: `stages` staged chunks of inputs."""
+        return stage_bytes(self.problem, self.chunk_len, self.tile, self.stages)
 
-    def grid(self, tickets: int) -> int:
-        """Persistent blocks for `tickets` chunks: at most one resident wave."""
-        return max(1, min(tickets, self.min_blocks * self.sm_count))
+    def segments(self, lanes: int, chunks: int) -> int:
+        """Segments per lane at launch: one unless split; else as many as keep every block resident (and no more
+        than the lane's chunks)."""
+        if not self.split:
+            return 1
+        return max(1, min(chunks, self.slots // lanes))
 
     def d_tiles(self, hidden_dim: int) -> int:
         return -(-hidden_dim // self.tile)
@@ -144,6 +175,7 @@ class ScanPlan:
             "SCAN_THREADS_T": self.threads_t,
             "SCAN_VEC": self.vec,
             "SCAN_STEPS": self.steps,
+            "SCAN_STAGES": self.stages,
             "SCAN_MIN_BLOCKS": self.min_blocks,
             "SCAN_CELL": CELLS.index(self.problem.cell),
             "SCAN_REVERSE": int(self.problem.direction == "backward"),
@@ -157,24 +189,50 @@ class ScanPlan:
         return header + SOURCE_PATH.read_text()
 
 
+def _min_of(m: constrint.Model, a, b, hi: int, name: str):
+    """A variable equal to min(a, b)."""
+    v = m.int_var(1, hi, name)
+    m.add(v <= a, name=f"{name}_at_most_first")
+    m.add(v <= b, name=f"{name}_at_most_second")
+    m.add(m.any_of([v == a, v == b]), name=f"{name}_is_one_of_them")
+    return v
+
+
+def _ceil_div(a, b):
+    """ceil(a / b) as an expression (a >= 0, b > 0)."""
+    return (a + b - 1) // b
+
+
+def _ceil_count(m: constrint.Model, total, per, hi: int, name: str):
+    """A variable equal to ceil(total / per)."""
+    v = m.int_var(1, hi, name)
+    m.add(v * per >= total, name=f"{name}_covers")
+    m.add((v - 1) * per < total, name=f"{name}_no_extra")
+    return v
+
+
 def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model:
-    """The constrint model of a scan kernel's shape on `gpu`; its objective is `objective(model)`."""
+    """The constrint model of a scan kernel on `gpu`; minimise `objective(model)`."""
     m = constrint.Model()
     esize, inputs, dim = problem.element_bytes, problem.input_count, problem.hidden_dim
+    B, T = problem.batch, problem.seq_len
     td = m.int_var(values=[v for v in POW2 if v <= min(256, gpu.max_threads_per_block)], name="threads_d")
     tt = m.int_var(values=[v for v in POW2 if v <= 32], name="threads_t")
     vec = m.int_var(values=[v for v in POW2 if v * esize <= 16], name="vec")
     steps = m.int_var(values=list(STEP_CHOICES), name="steps")
-    occ = m.int_var(MIN_BLOCKS_PER_SM, min(16, gpu.max_blocks_per_sm), "occupancy")
+    stages = m.int_var(values=list(STAGE_CHOICES), name="stages")
+    occ = m.int_var(1, min(16, gpu.max_blocks_per_sm), "occupancy")
     d_tiles = m.int_var(1, dim, "d_tiles")
-    m.int_var(esize, esize, "access_bytes_per_element")
+    split = m.int_var(0, 1, "split")
     threads, tile, chunk = td * tt, td * vec, tt * steps
-    smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile) + gpu.smem_reserved_per_block
+    smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile, 1) * stages + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
-    m.add(m.divides(vec, dim), name="vec_divides_hidden_dim")
+    m.add(threads >= 4 * gpu.warp_size, name="at_least_four_warps")
+    m.add(chunk >= MIN_CHUNK, name="chunk_at_least_min")
+    m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
-    m.add(tile * esize >= min(128, dim * esize), name="warp_row_covers_128_bytes")
+    m.add(tile * esize >= min(MIN_ROW_BYTES, dim * esize), name="row_spans_two_sectors")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
     if problem.cell == "linear":
@@ -185,41 +243,92 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(need * threads <= gpu.regs_per_block, name="regs_per_block")
     m.add(smem <= gpu.smem_per_block_optin, name="smem_per_block")
-    m.add(chunk * (inputs + 1) * esize >= 16 * LOOKBACK_BYTES, name="lookback_under_1_16")
+    m.add(static_smem(tt, tile) <= gpu.smem_per_block, name="static_smem_per_block")
     m.add(occ * threads <= gpu.max_threads_per_sm, name="occupancy_threads")
     m.add(occ * need * threads <= gpu.regs_per_sm, name="occupancy_registers")  # launch-bound cap >= need
     m.add(occ * smem <= gpu.smem_per_sm, name="occupancy_smem")
-    target_kib = gpu.memory_bandwidth // gpu.sm_count * LATENCY_NS // 10**9 // 1024 + 1
-    shortfall = m.int_var(0, target_kib, "shortfall_kib")
-    in_flight = occ * threads * steps * inputs * vec * esize  # bytes of one staged chunk per block, per SM
-    m.add(shortfall * 1024 >= target_kib * 1024 - in_flight, name="shortfall_definition")
-    warps_short = m.int_var(0, TARGET_WARPS, "resident_warps_shortfall")
-    m.add(warps_short * gpu.warp_size >= TARGET_WARPS * gpu.warp_size - occ * threads,
-          name="resident_warps_shortfall_definition")
+    m.add(m.any_of([occ == min(16, gpu.max_blocks_per_sm), (occ + 1) * threads > gpu.max_threads_per_sm,
+                    (occ + 1) * need * threads > gpu.regs_per_sm, (occ + 1) * smem > gpu.smem_per_sm]),
+          name="occupancy_is_the_most_that_fits")
+    m.add(occ * threads >= MIN_RESIDENT_WARPS * gpu.warp_size, name="resident_warps")
+
+    # the time model (module docstring)
+    bw = gpu.memory_bandwidth // 10**9  # bytes per ns
+    lanes = B * d_tiles
+    slots = occ * gpu.sm_count
+    chunks = _ceil_count(m, T, chunk, T, "chunks")
+    segments = m.int_var(1, T, "segments")  # per lane, as `ScanPlan.segments` chooses them at launch
+    m.add(segments <= 1 + split * T, name="one_segment_unless_split")
+    m.add(m.any_of([split == 0, segments * lanes <= slots]), name="segments_resident")
+    m.add(m.any_of([split == 0, segments == chunks, (segments + 1) * lanes > slots]), name="segments_as_many_as_fit")
+    m.add(segments <= chunks, name="segments_within_chunks")
+    blocks = lanes * segments
+    waves = _ceil_count(m, blocks, slots, B * dim * T, "waves")
+    m.add(m.any_of([split == 0, waves == 1]), name="split_lanes_resident")
+    active = _min_of(m, blocks, slots, B * dim * T, "active_blocks")
+    per_sm = _ceil_count(m, active, gpu.sm_count, B * dim * T, "blocks_on_busiest_sm")
+    seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
+    reread = 0 if B * T * dim * inputs * esize <= gpu.l2_bytes // 2 else inputs * esize
+    dram_per_elem = problem.traffic_elements * esize + split * reread  # DRAM bytes per element of [B, T, D]
+    sm_per_elem = problem.traffic_elements * esize + split * inputs * esize  # bytes through the SM
+    in_flight = (stages - 1) * inputs * chunk * tile * esize  # staged bytes per block not yet consumed
+    seg_elems = seg_chunks * chunk * tile  # elements of one block
+    # each bound on a wave's time, rounded up to whole ns; the wave takes the largest (so every variable of the
+    # model is fixed by the block shape, and the search only branches on that)
+    bounds = {
+        "wave_bandwidth": _ceil_div(seg_elems * dram_per_elem * active, bw),
+        "wave_sm_share": _ceil_div(seg_elems * sm_per_elem * per_sm * gpu.sm_count, bw),
+        "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
+        "wave_work": seg_chunks * (1 + split) * CHUNK_NS,
+    }
+    wave = m.int_var(1, 10**12, "wave_ns")
+    for name, bound in bounds.items():
+        m.add(wave >= bound, name=name)
+    m.add(m.any_of([wave == bound for bound in bounds.values()]), name="wave_is_its_largest_bound")
+    # look-back: segments - 1 predecessors' pairs for each of the thread's vec channels, threads_t rows at once
+    vec_fixed = widest_vec(problem)
+    rounds = _ceil_div((segments - 1) * vec_fixed, tt * max(LOOKBACK_PAIRS, vec_fixed))
+    time = m.int_var(1, 10**13, "time_ns")
+    m.add(time == waves * wave + split * LOOKBACK_NS + rounds * ROUND_NS, name="time_definition")
     return m
 
 
 def objective(m: constrint.Model):
-    """Bytes-in-flight and resident-warp shortfalls first, then narrow accesses, chunk length, padding along D, rows,
-    small blocks, registers."""
+    """The modelled time, then no split, fewer rows (shorter phase 2) and more threads along D."""
     v = m.var
-    access_bytes = v("vec") * (v("access_bytes_per_element"))
-    waste = v("d_tiles") * v("threads_d") * v("vec")
-    return (1024 * v("shortfall_kib") + 4096 * v("resident_warps_shortfall") + 8192 * (16 - access_bytes)
-            + 4 * v("threads_t") * v("steps") + waste // 16 + v("threads_t") + 1024 // (v("threads_d") * v("threads_t"))
-            + v("steps") * v("vec") // 4)
+    return 128 * v("time_ns") + 64 * v("split") + v("threads_t") + 32 // v("threads_d")
+
+
+def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
+    """The time model's value for plan `p` (any block shape, split or not, not only the optimum) on its problem."""
+    m = build_model(p.problem, gpu)
+    for name in ("threads_d", "threads_t", "vec", "steps", "stages"):
+        m.add(m.var(name) == getattr(p, name), name=f"given_{name}")
+    m.add(m.var("split") == int(p.split), name="given_split")
+    return m.minimize(m.var("time_ns"))["time_ns"]
+
+
+def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, m: constrint.Model) -> ScanPlan:
+    sol = m.minimize(objective(m))
+    threads = sol["threads_d"] * sol["threads_t"]
+    need = register_need(problem.cell, sol["steps"], sol["vec"])
+    tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
+    smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile, sol["stages"])
+    blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
+    return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
+                    vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
+                    split=bool(sol["split"]), sm_count=gpu.sm_count, regs_estimate=register_cap(gpu, threads, blocks),
+                    estimate_ns=sol["time_ns"])
+
+
+def split_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, split: bool) -> ScanPlan:
+    """The best plan with lanes split into segments or not (benchmarks and tests compare the two)."""
+    m = build_model(problem, gpu)
+    m.add(m.var("split") == int(split), name="given_split")
+    return _plan(problem, gpu, m)
 
 
 @functools.lru_cache(maxsize=256)
 def plan(problem: ScanProblem, gpu: hwmodels.GPUModel) -> ScanPlan:
     """The scan plan for `problem` on `gpu` (pure; cached). Raises constrint.Infeasible with the conflict."""
-    m = build_model(problem, gpu)
-    sol = m.minimize(objective(m))
-    threads = sol["threads_d"] * sol["threads_t"]
-    need = register_need(problem.cell, sol["steps"], sol["vec"])
-    tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
-    smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile)
-    blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
-    return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
-                    vec=sol["vec"], steps=sol["steps"], min_blocks=blocks, sm_count=gpu.sm_count,
-                    regs_estimate=register_cap(gpu, threads, blocks))
+    return _plan(problem, gpu, build_model(problem, gpu))

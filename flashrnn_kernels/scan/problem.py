@@ -1,4 +1,4 @@
-"""ScanProblem: what a scan kernel computes, without the sequence length or batch size (both are runtime)."""
+"""ScanProblem: what a scan kernel computes, with the batch size and sequence length rounded up to powers of two."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,9 +12,15 @@ DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DIRECTIONS = ("forward", "backward")
 
 
+def bucket(n: int) -> int:
+    """The least power of two >= n (n >= 1): plans are made per bucket of batch sizes and lengths."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
 @dataclass(frozen=True)
 class ScanProblem:
-    """One scan kernel: `cell` over `hidden_dim` channels stored as `dtype`, run `direction`.
+    """One scan kernel: `cell` over `hidden_dim` channels stored as `dtype`, run `direction`, planned for `batch`
+    sequences of `seq_len` steps (the plan's time model; the kernel takes any B and T at launch).
 
     The backward is the same scan run in reverse (dh_t = dy_t + a_{t+1} dh_{t+1}) with the gradient epilogue.
     """
@@ -22,6 +28,8 @@ class ScanProblem:
     cell: str
     hidden_dim: int
     dtype: str
+    batch: int
+    seq_len: int
     direction: str = "forward"
 
     def __post_init__(self) -> None:
@@ -31,13 +39,27 @@ class ScanProblem:
             raise ValueError(f"unsupported scan dtype {self.dtype!r}; use one of {tuple(DTYPES)}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {self.direction!r}; use one of {DIRECTIONS}")
-        if isinstance(self.hidden_dim, bool) or not isinstance(self.hidden_dim, int) or self.hidden_dim < 1:
-            raise ValueError(f"hidden_dim must be a positive int, got {self.hidden_dim!r}")
+        for name in ("hidden_dim", "batch", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+    @classmethod
+    def for_shape(cls, cell: str, batch: int, seq_len: int, hidden_dim: int, dtype: str,
+                  direction: str = "forward") -> ScanProblem:
+        """The problem of a [batch, seq_len, hidden_dim] scan, batch and seq_len rounded up to powers of two."""
+        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction)
 
     @property
     def input_count(self) -> int:
         """[B, T, D] inputs the cell reads per step (linear: a, b; minGRU: k, h_pre; minLSTM: f, i, h_pre)."""
         return 3 if self.cell == "min_lstm" else 2
+
+    @property
+    def traffic_elements(self) -> int:
+        """[B, T, D] tensors read or written once per step: forward the inputs and h; backward dL/dh, the inputs,
+        the forward h and a gradient per input."""
+        return self.input_count + 1 if self.direction == "forward" else 2 * self.input_count + 2
 
     @property
     def element_bytes(self) -> int:

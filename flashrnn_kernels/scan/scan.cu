@@ -7,23 +7,30 @@
 //             consecutive channels (one access of up to 16 bytes), threadIdx.y along time.
 //   chunk   = SCAN_THREADS_T * SCAN_STEPS consecutive steps (in scan order) of one lane; thread row ty holds
 //             steps ty * SCAN_STEPS ... of the chunk.
-//   lane    = (batch row, tile of SCAN_THREADS_D * SCAN_VEC channels); a sequence of chunks forms a chain.
-// Blocks are persistent: each draws chunk tickets (chunk-major, so a chunk's predecessors were drawn earlier) until
-// none is left, and stages the next chunk's inputs into shared memory with cp.async while it finishes the current
-// one, so its loads stay in flight through the carry phases. Every input is read from memory once: each thread
-// copies, and later reads back, exactly its own steps and channels, so the staging needs no block barrier.
-// Carries: inside a block, rows combine their affine maps (A, B) through shared memory; across blocks, chunks of
-// one lane chain by decoupled look-back on one status word per chunk (1: aggregate ready, 2: inclusive state
-// ready). Warp 0 examines the 32 nearest predecessors at once and the block composes every aggregate up to the
-// nearest inclusive state, so a look-back costs two memory round trips per 32 chunks it passes.
+//   lane    = (batch row, tile of SCAN_THREADS_D * SCAN_VEC channels); its chunks form a chain.
+// Per chunk: each thread folds its steps' maps (a, b) into one map (phase 1), the rows' maps are combined with the
+// chunk's carry-in into each row's carry-in (phase 2), and each thread rescans its steps and writes the outputs
+// (phase 3). Inputs are staged into shared memory with cp.async SCAN_STAGES - 1 chunks ahead; each thread copies,
+// and later reads back, exactly its own steps and channels, so the staging needs no block barrier, and every input
+// is read from memory once.
+//
+// Blocks and carries: a lane is split into `segments` (a launch argument) runs of consecutive chunks, one block
+// each, all resident at once. A block walks its chunks in order and keeps the carry in registers. With one segment
+// per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more (thin shapes that
+// must split T), segment 0 walks its chunks from h0 and publishes its final state; every later segment first
+// streams its inputs once to fold them into its map h -> A h + B (pass A) and publishes that map, then composes
+// every predecessor's published map into its carry-in (one round: thread row ty folds a range of predecessors, the
+// rows combine in shared memory) and walks its chunks again writing the outputs (pass B, its inputs mostly from
+// L2). A published value is one 64-bit word (value, launch epoch) written and read with relaxed atomics, so it is
+// valid exactly when its tag matches: no fences, no flags. Pass B's first chunks are staged before the look-back.
 //
 // Cells (SCAN_CELL): 0 linear (x1 = a, x2 = b); 1 minGRU (x1 = k, x2 = h_pre): z = sigmoid(k), a = 1 - z,
 // b = z * g(h_pre); 2 minLSTM (x1 = f_pre, x2 = i_pre, x3 = h_pre): f = sigmoid(f_pre), i = sigmoid(i_pre),
 // a = f / (f + i), b = i / (f + i) * g(h_pre). g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise.
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
-    !defined(SCAN_FAST)
-#error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_MIN_BLOCKS, SCAN_CELL, ..."
+    !defined(SCAN_FAST) || !defined(SCAN_STAGES)
+#error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
 #if SCAN_FAST
@@ -147,30 +154,27 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 #endif
 }
 
-// Status words: ticket counter at flags[0] (zero on entry; the block drawing the last ticket puts it back to 0 for
-// the next launch on the stream), then one word per (lane, chunk) holding epoch * 4 + state. A word from an
-// earlier launch carries an older epoch and reads as "not ready", so the buffer is zeroed only when the host's
-// epoch counter wraps.
-__device__ __forceinline__ int load_status(const int* p, int epoch) {
-    const int word = *reinterpret_cast<const volatile int*>(p);
-    return (word >> 2) == epoch ? (word & 3) : 0;
+typedef unsigned long long word_t;
+
+// A published value: its float bits low, the launch's epoch high. Words from earlier launches carry older epochs
+// (and zeroed words epoch 0), so they read as "not yet published": the workspace is zeroed only when it grows or
+// the host's epoch counter wraps.
+__device__ __forceinline__ void publish(word_t* p, float v, int epoch) {
+    const word_t w = (static_cast<word_t>(static_cast<unsigned>(epoch)) << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
 }
 
-__device__ __forceinline__ void store_status(int* p, int epoch, int state) {
-    *reinterpret_cast<volatile int*>(p) = epoch * 4 + state;
+__device__ __forceinline__ bool read_published(const word_t* p, int epoch, float& v) {
+    word_t w;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+    v = __uint_as_float(static_cast<unsigned>(w));
+    return static_cast<int>(w >> 32) == epoch;
 }
 
-// Every launch draws lanes * chunks + gridDim.x tickets: each block draws until it gets one past the last chunk.
-// The final draw resets the counter.
-__device__ __forceinline__ int draw_ticket(int* counter, int total) {
-    const int ticket = atomicAdd(counter, 1);
-    if (ticket == total + (int)gridDim.x - 1) atomicExch(counter, 0);
-    return ticket;
-}
-
-// The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`.
+// The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`. Rows are step-major
+// (row i * SCAN_THREADS_T + ty), so at one step a warp's threads read consecutive 16-byte pieces: no bank conflicts.
 __device__ __forceinline__ elem_t* staged(elem_t* stage, int buf, int k, int i, int tx, int ty) {
-    return stage + ((buf * SCAN_INPUTS + k) * SCAN_CHUNK + ty * SCAN_STEPS + i) * SCAN_TILE + tx * SCAN_VEC;
+    return stage + ((buf * SCAN_INPUTS + k) * SCAN_CHUNK + i * SCAN_THREADS_T + ty) * SCAN_TILE + tx * SCAN_VEC;
 }
 
 __device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
@@ -183,16 +187,14 @@ __device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
     }
 }
 
-// Where one chunk of one lane sits, from its ticket.
+// Where one chunk of one lane sits for this thread.
 struct ChunkAt {
     int chunk, lane, batch, d, s0, t0;
     long long base;  // element offset of this thread's first step
     bool active;     // this thread's channels exist (d < D)
     int step;        // element offset from one step of this thread to the next (in scan order)
 
-    __device__ __forceinline__ ChunkAt(int ticket, int lanes, int d_tiles, int T, int D) {
-        chunk = ticket / lanes;
-        lane = ticket - chunk * lanes;
+    __device__ __forceinline__ ChunkAt(int chunk_, int lane_, int d_tiles, int T, int D) : chunk(chunk_), lane(lane_) {
         batch = lane / d_tiles;
         d = (lane - batch * d_tiles) * SCAN_TILE + threadIdx.x * SCAN_VEC;
         active = d < D;
@@ -235,206 +237,112 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
 // x1, x2, x3: cell inputs [B, T, D] (x3 only for minLSTM); h0: [B, D] or null.
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
 //   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D]; grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
-// agg_a, agg_b, incl: [lanes, chunks, SCAN_TILE] fp32 workspace; flags: [1 + lanes * chunks] int32 (see the
-// status words above); epoch in [1, 2^29). Dynamic shared memory: 2 * SCAN_STAGE elements (two staged chunks).
+// Grid: lanes * segments blocks (block = segment * lanes + lane), all resident when segments > 1.
+// seg_a, seg_b: [lanes, segments, SCAN_TILE] published words (unused with one segment); epoch in [1, 2^31).
+// Dynamic shared memory: SCAN_STAGES * SCAN_STAGE elements.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flashrnn_scan(
     const elem_t* __restrict__ x1, const elem_t* __restrict__ x2, const elem_t* __restrict__ x3,
     const elem_t* __restrict__ h0, const elem_t* __restrict__ dy, const elem_t* __restrict__ h,
     elem_t* __restrict__ y1, elem_t* __restrict__ y2, elem_t* __restrict__ y3, float* __restrict__ grad_h0,
-    float* __restrict__ agg_a, float* __restrict__ agg_b, float* __restrict__ incl, int* __restrict__ flags,
-    int T, int D, int d_tiles, int lanes, int chunks, int epoch) {
+    word_t* __restrict__ seg_a, word_t* __restrict__ seg_b, int T, int D, int d_tiles, int lanes, int segments,
+    int epoch) {
     extern __shared__ __align__(16) unsigned char s_raw[];
     elem_t* stage = reinterpret_cast<elem_t*>(s_raw);
     __shared__ float s_a[SCAN_THREADS_T][SCAN_TILE];
     __shared__ float s_b[SCAN_THREADS_T][SCAN_TILE];
-    __shared__ int s_next, s_window, s_found;
-
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int tid = ty * SCAN_THREADS_D + tx;
-    const int total = lanes * chunks;
-    if (tid == 0) s_next = draw_ticket(flags, total);
-    __syncthreads();
-    int ticket = s_next;
-    if (ticket < total) stage_chunk(stage, 0, ChunkAt(ticket, lanes, d_tiles, T, D), T, D, x1, x2, x3, dy);
-    cp_async_commit();
-    __syncthreads();  // every thread has read s_next
-    if (tid == 0 && ticket < total) s_next = draw_ticket(flags, total);
-    __syncthreads();
-
-    for (int buf = 0; ticket < total; buf ^= 1) {
-        const int next = s_next;  // drawn before the last barrier of the previous iteration (or the prologue)
-        if (next < total) stage_chunk(stage, buf ^ 1, ChunkAt(next, lanes, d_tiles, T, D), T, D, x1, x2, x3, dy);
-        cp_async_commit();
-        cp_async_wait_group<1>();  // this thread's copies of the current chunk have landed
-        const ChunkAt at(ticket, lanes, d_tiles, T, D);
-
-        // Phase 1: the maps (a, b) of this thread's steps (steps past T: the identity), folded into one map
-        // h -> A h + B per channel. The linear cell's maps are its inputs: phase 3 reads them from the stage again.
-        // The other cells evaluate their gates once into registers.
-#if SCAN_CELL == 0
-#if SCAN_REVERSE  // dh_t gets a_{t+1} dh_{t+1}; nothing at t = T - 1 (s = 0)
-#define MAP_A(i, j) (at.active && at.s0 + (i) < T ? (at.s0 + (i) > 0 ? to_float(staged(stage, buf, 0, i, tx, ty)[j]) \
-                                                                      : 0.0f)                                 \
-                                                 : 1.0f)
-#else
-#define MAP_A(i, j) (at.active && at.s0 + (i) < T ? to_float(staged(stage, buf, 0, i, tx, ty)[j]) : 1.0f)
+    const int lane = blockIdx.x % lanes, seg = blockIdx.x / lanes;
+    const int chunks = (T + SCAN_CHUNK - 1) / SCAN_CHUNK;
+    const int first = (int)((long long)seg * chunks / segments), end = (int)((long long)(seg + 1) * chunks / segments);
+    float carry[SCAN_OWNED];  // carry-in of the current chunk for the channels this thread combines in phase 2
+#if SCAN_CELL != 0
+    float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];  // this thread's maps of the current chunk
 #endif
-#define MAP_B(i, j) (at.active && at.s0 + (i) < T ? to_float(staged(stage, buf, 1, i, tx, ty)[j]) : 0.0f)
+
+    // The maps (a, b) of this thread's step i of chunk `at` from the staged inputs (steps past T: the identity).
+    auto step_maps = [&](int buf, const ChunkAt& at, int i, float (&a)[SCAN_VEC], float (&b)[SCAN_VEC]) {
+        const int s = at.s0 + i;
+        if (!at.active || s >= T) {
+#pragma unroll
+            for (int j = 0; j < SCAN_VEC; ++j) {
+                a[j] = 1.0f;
+                b[j] = 0.0f;
+            }
+            return;
+        }
+        const pack_t p1 = load_pack(staged(stage, buf, 0, i, tx, ty)), p2 = load_pack(staged(stage, buf, 1, i, tx, ty));
+#if SCAN_CELL == 2
+        const pack_t p3 = load_pack(staged(stage, buf, 2, i, tx, ty));
+#endif
+#pragma unroll
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            const float v1 = to_float(p1.v[j]), v2 = to_float(p2.v[j]);
+#if SCAN_CELL == 2
+            const float v3 = to_float(p3.v[j]);
 #else
-        float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];
-#define MAP_A(i, j) ma[i][j]
-#define MAP_B(i, j) mb[i][j]
+            const float v3 = 0.0f;
+#endif
+#if SCAN_REVERSE
+            // dh_t gets a_{t+1} dh_{t+1} (staged inputs 0 and 2 are step t + 1's); nothing at t = T - 1 (s = 0)
+            a[j] = s > 0 ? gate_a(v1, v3) : 0.0f;
+            b[j] = v2;
+#else
+            gates(v1, v2, v3, a[j], b[j]);
+#endif
+        }
+    };
+
+    // Phase 1: this thread's steps folded into one map per channel, into s_a / s_b row ty. The linear cell's maps
+    // are its inputs (phase 3 reads them from the stage again); the other cells keep theirs in ma / mb.
+    auto fold_steps = [&](int buf, const ChunkAt& at) {
+        float fa[SCAN_VEC], fb[SCAN_VEC];
+#pragma unroll
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            fa[j] = 1.0f;
+            fb[j] = 0.0f;
+        }
 #pragma unroll
         for (int i = 0; i < SCAN_STEPS; ++i) {
-            const int s = at.s0 + i;
+            float a[SCAN_VEC], b[SCAN_VEC];
+            step_maps(buf, at, i, a, b);
 #pragma unroll
             for (int j = 0; j < SCAN_VEC; ++j) {
-                float a = 1.0f, b = 0.0f;
-                if (at.active && s < T) {
-                    const float v1 = to_float(staged(stage, buf, 0, i, tx, ty)[j]);
-                    const float v2 = to_float(staged(stage, buf, 1, i, tx, ty)[j]);
-#if SCAN_REVERSE
-                    a = 0.0f;  // dh_t gets a_{t+1} dh_{t+1}; nothing at t = T - 1
-#if SCAN_CELL == 2
-                    if (s > 0) a = gate_a(v1, to_float(staged(stage, buf, 2, i, tx, ty)[j]));
-#else
-                    if (s > 0) a = gate_a(v1, 0.0f);
+#if SCAN_CELL != 0
+                ma[i][j] = a[j];
+                mb[i][j] = b[j];
 #endif
-                    b = v2;
-#elif SCAN_CELL == 2
-                    gates(v1, v2, to_float(staged(stage, buf, 2, i, tx, ty)[j]), a, b);
-#else
-                    gates(v1, v2, 0.0f, a, b);
-#endif
-                }
-                ma[i][j] = a;
-                mb[i][j] = b;
+                fb[j] = fmaf(a[j], fb[j], b[j]);
+                fa[j] = a[j] * fa[j];
             }
         }
-#endif
-        {
-            float fa[SCAN_VEC], fb[SCAN_VEC];
 #pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) {
-                fa[j] = MAP_A(0, j);
-                fb[j] = MAP_B(0, j);
-            }
-#pragma unroll
-            for (int i = 1; i < SCAN_STEPS; ++i) {
-#pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) {
-                    const float a = MAP_A(i, j);
-                    fb[j] = fmaf(a, fb[j], MAP_B(i, j));
-                    fa[j] = a * fa[j];
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) {
-                s_a[ty][tx * SCAN_VEC + j] = fa[j];
-                s_b[ty][tx * SCAN_VEC + j] = fb[j];
-            }
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            s_a[ty][tx * SCAN_VEC + j] = fa[j];
+            s_b[ty][tx * SCAN_VEC + j] = fb[j];
         }
-        __syncthreads();
-        if (tid == 0 && next < total) s_next = draw_ticket(flags, total);  // read after the next barriers
+    };
 
-        // Phase 2: the chunk's map per channel (rows combined), its carry-in (look back over earlier chunks of this
-        // lane), then each row's carry-in, written over s_a. Thread (tx, ty) combines the channels
-        // tx * SCAN_VEC + j with j = ty + k * SCAN_THREADS_T < SCAN_VEC.
-        const long long slot0 = (long long)at.lane * chunks;  // status word / workspace row of chunk 0 of the lane
-        float ca[SCAN_OWNED], cb[SCAN_OWNED], carry[SCAN_OWNED];
-#pragma unroll
-        for (int k = 0; k < SCAN_OWNED; ++k) {
-            const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
-            ca[k] = 1.0f;
-            cb[k] = 0.0f;
-            carry[k] = 0.0f;
-            if (j < SCAN_VEC && at.active) {
-                for (int r = 0; r < SCAN_THREADS_T; ++r) {
-                    const float a = s_a[r][c];
-                    cb[k] = fmaf(a, cb[k], s_b[r][c]);
-                    ca[k] = a * ca[k];
-                }
-                if (at.chunk == 0) {
-                    if (!SCAN_REVERSE && h0 != nullptr) carry[k] = to_float(h0[(long long)at.batch * D + at.d + j]);
-                } else {
-                    agg_a[(slot0 + at.chunk) * SCAN_TILE + c] = ca[k];
-                    agg_b[(slot0 + at.chunk) * SCAN_TILE + c] = cb[k];
-                }
-            }
-        }
-        if (at.chunk > 0) {  // block-uniform
-            __threadfence();
-            __syncthreads();  // every aggregate of the chunk is written and fenced
-            if (tid == 0) store_status(flags + 1 + slot0 + at.chunk, epoch, 1);
-            float la[SCAN_OWNED], lb[SCAN_OWNED];  // map of the chunks composed so far (nearest first)
-#pragma unroll
-            for (int k = 0; k < SCAN_OWNED; ++k) {
-                la[k] = 1.0f;
-                lb[k] = 0.0f;
-            }
-            for (int back = 1;; back += 32) {  // the window: chunks chunk - back - i, i < 32
-                if (tid < 32) {
-                    const int q = at.chunk - back - tid;
-                    int state = 2;  // before chunk 0: never chosen, chunk 0 always holds its inclusive state
-                    if (q >= 0) {
-                        do {
-                            state = load_status(flags + 1 + slot0 + q, epoch);
-                        } while (state == 0);
-                    }
-                    const unsigned found = __ballot_sync(0xffffffffu, state == 2);
-                    __threadfence();
-                    if (tid == 0) {
-                        s_window = found ? __ffs(found) - 1 : 32;  // aggregates to compose before the inclusive
-                        s_found = found != 0;
-                    }
-                }
-                __syncthreads();
-                const int n = s_window;
-                const bool found = s_found;
-#pragma unroll
-                for (int k = 0; k < SCAN_OWNED; ++k) {
-                    const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
-                    if (j < SCAN_VEC && at.active) {
-                        for (int i = 0; i < n; ++i) {
-                            const long long q = slot0 + at.chunk - back - i;
-                            lb[k] = fmaf(la[k], __ldcg(agg_b + q * SCAN_TILE + c), lb[k]);
-                            la[k] = la[k] * __ldcg(agg_a + q * SCAN_TILE + c);
-                        }
-                        if (found) {
-                            const long long q = slot0 + at.chunk - back - n;
-                            carry[k] = fmaf(la[k], __ldcg(incl + q * SCAN_TILE + c), lb[k]);
-                        }
-                    }
-                }
-                if (found) break;
-                __syncthreads();  // s_window is read by all before warp 0 writes the next window
-            }
-        }
-        if (at.chunk + 1 < chunks) {  // block-uniform
-#pragma unroll
-            for (int k = 0; k < SCAN_OWNED; ++k) {
-                const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
-                if (j < SCAN_VEC && at.active) incl[(slot0 + at.chunk) * SCAN_TILE + c] = fmaf(ca[k], carry[k], cb[k]);
-            }
-            __threadfence();
-            __syncthreads();
-            if (tid == 0) store_status(flags + 1 + slot0 + at.chunk, epoch, 2);
-        }
+    // One chunk with outputs: phase 1; phase 2, each row's carry-in from the chunk's (`carry`, which then holds the
+    // chunk's final state), written over s_a by the threads owning channels tx * SCAN_VEC + j,
+    // j = ty + k * SCAN_THREADS_T < SCAN_VEC; phase 3, each thread rescans its steps and writes the outputs.
+    auto scan_chunk = [&](int buf, const ChunkAt& at) {
+        fold_steps(buf, at);
+        __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
             const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
             if (j < SCAN_VEC && at.active) {
                 float cr = carry[k];
+#pragma unroll
                 for (int r = 0; r < SCAN_THREADS_T; ++r) {  // row r's carry-in replaces its map's a
                     const float a = s_a[r][c];
                     s_a[r][c] = cr;
                     cr = fmaf(a, cr, s_b[r][c]);
                 }
+                carry[k] = cr;
             }
         }
         __syncthreads();
-
-        // Phase 3: rescan this thread's steps from its maps and write the outputs.
         if (at.active) {
             float state[SCAN_VEC];
 #pragma unroll
@@ -443,8 +351,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             for (int i = 0; i < SCAN_STEPS; ++i) {
                 const int s = at.s0 + i;
                 if (s < T) {
+#if SCAN_CELL == 0
+                    float ma_i[SCAN_VEC], mb_i[SCAN_VEC];
+                    step_maps(buf, at, i, ma_i, mb_i);
 #pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(MAP_A(i, j), state[j], MAP_B(i, j));
+                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma_i[j], state[j], mb_i[j]);
+#else
+#pragma unroll
+                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma[i][j], state[j], mb[i][j]);
+#endif
                     const long long off = at.base + (long long)i * at.step;
 #if SCAN_REVERSE
                     const int t = at.t0 - i;
@@ -501,9 +416,144 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             }
         }
         __syncthreads();  // s_a is read before the next chunk's phase 1 writes it
-        ticket = next;
+    };
+
+    // One chunk of pass A: phase 1, then the owners fold the rows' maps into the segment's map so far.
+    float acc_a[SCAN_OWNED], acc_b[SCAN_OWNED];  // per owned channel
+    auto fold_chunk = [&](int buf, const ChunkAt& at) {
+        fold_steps(buf, at);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < SCAN_OWNED; ++k) {
+            const int c = tx * SCAN_VEC + ty + k * SCAN_THREADS_T;
+            if (ty + k * SCAN_THREADS_T < SCAN_VEC) {
+#pragma unroll
+                for (int r = 0; r < SCAN_THREADS_T; ++r) {
+                    const float a = s_a[r][c];
+                    acc_b[k] = fmaf(a, acc_b[k], s_b[r][c]);
+                    acc_a[k] = a * acc_a[k];
+                }
+            }
+        }
+        __syncthreads();
+    };
+
+    // Stage the first SCAN_STAGES - 1 chunks of [first, end); then walk them, staging ahead, with `body`.
+    auto prologue = [&]() {
+#pragma unroll
+        for (int c = 0; c < SCAN_STAGES - 1; ++c) {
+            if (first + c < end) stage_chunk(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3, dy);
+            cp_async_commit();
+        }
+    };
+    auto walk = [&](auto&& body) {
+        for (int c = first; c < end; ++c) {
+            const int ahead = c + SCAN_STAGES - 1;
+            if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), T,
+                                         D, x1, x2, x3, dy);
+            cp_async_commit();
+            cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
+            body((c - first) % SCAN_STAGES, ChunkAt(c, lane, d_tiles, T, D));
+        }
+    };
+
+    const ChunkAt lane_at(first, lane, d_tiles, T, D);  // for the lane's batch row and this thread's channels
+    const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
+    if (seg == 0) {
+#pragma unroll
+        for (int k = 0; k < SCAN_OWNED; ++k) {
+            const int j = ty + k * SCAN_THREADS_T;
+            carry[k] = 0.0f;
+            if (!SCAN_REVERSE && h0 != nullptr && j < SCAN_VEC && lane_at.active)
+                carry[k] = to_float(h0[(long long)lane_at.batch * D + lane_at.d + j]);
+        }
+        prologue();
+        walk(scan_chunk);
+        if (segments > 1) {  // publish the final state as the constant map h -> carry
+#pragma unroll
+            for (int k = 0; k < SCAN_OWNED; ++k) {
+                const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
+                if (j < SCAN_VEC) {
+                    publish(seg_a + word0 + c, 0.0f, epoch);
+                    publish(seg_b + word0 + c, carry[k], epoch);
+                }
+            }
+        }
+    } else {
+        // pass A: the segment's map, published
+#pragma unroll
+        for (int k = 0; k < SCAN_OWNED; ++k) {
+            acc_a[k] = 1.0f;
+            acc_b[k] = 0.0f;
+        }
+        prologue();
+        walk(fold_chunk);
+#pragma unroll
+        for (int k = 0; k < SCAN_OWNED; ++k) {
+            const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
+            if (j < SCAN_VEC) {
+                publish(seg_a + word0 + (long long)seg * SCAN_TILE + c, acc_a[k], epoch);
+                publish(seg_b + word0 + (long long)seg * SCAN_TILE + c, acc_b[k], epoch);
+            }
+        }
+        prologue();  // pass B's first chunks load during the look-back
+
+        // look-back: row ty folds predecessors [lo, hi) in order (waiting for each to be published), for all of this
+        // thread's channels; the owners then compose the rows' maps in order into the carry-in
+        const int per_row = (seg + SCAN_THREADS_T - 1) / SCAN_THREADS_T;
+        const int lo = min(seg, ty * per_row), hi = min(seg, lo + per_row);
+        float ra[SCAN_VEC], rb[SCAN_VEC];
+#pragma unroll
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            ra[j] = 1.0f;
+            rb[j] = 0.0f;
+        }
+        constexpr int U = SCAN_VEC >= 8 ? 1 : 8 / SCAN_VEC;  // predecessors per round: 8 word pairs in flight
+        for (int q0 = lo; q0 < hi; q0 += U) {
+            float va[U][SCAN_VEC], vb[U][SCAN_VEC];
+            bool ready[U][SCAN_VEC];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {  // issue the round's loads together
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) {
+                    const long long w = word0 + (long long)(q0 + u) * SCAN_TILE + tx * SCAN_VEC + j;
+                    ready[u][j] = q0 + u >= hi || (read_published(seg_a + w, epoch, va[u][j]) &
+                                                   read_published(seg_b + w, epoch, vb[u][j]));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) {
+                    const long long w = word0 + (long long)(q0 + u) * SCAN_TILE + tx * SCAN_VEC + j;
+                    while (!ready[u][j])
+                        ready[u][j] = read_published(seg_a + w, epoch, va[u][j]) &
+                                      read_published(seg_b + w, epoch, vb[u][j]);
+                    if (q0 + u < hi) {
+                        rb[j] = fmaf(va[u][j], rb[j], vb[u][j]);
+                        ra[j] = va[u][j] * ra[j];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < SCAN_VEC; ++j) {
+            s_a[ty][tx * SCAN_VEC + j] = ra[j];
+            s_b[ty][tx * SCAN_VEC + j] = rb[j];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < SCAN_OWNED; ++k) {
+            const int c = tx * SCAN_VEC + ty + k * SCAN_THREADS_T;
+            float cb = 0.0f;  // segment 0's map is constant, so the composition is too: carry-in = its B
+            if (ty + k * SCAN_THREADS_T < SCAN_VEC) {
+#pragma unroll
+                for (int r = 0; r < SCAN_THREADS_T; ++r) cb = fmaf(s_a[r][c], cb, s_b[r][c]);
+            }
+            carry[k] = cb;
+        }
+        __syncthreads();
+        walk(scan_chunk);  // pass B
     }
     cp_async_wait_group<0>();
 }
-#undef MAP_A
-#undef MAP_B

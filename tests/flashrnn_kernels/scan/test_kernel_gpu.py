@@ -99,3 +99,37 @@ def test_workspace_reuse_across_shapes_and_epoch_wrap():
     function._workspaces[(stream.device_index, stream.cuda_stream)].epoch = function.EPOCH_LIMIT - 2
     for _ in range(3):
         _check("min_gru", torch.float32, 2, 4000, 64, False)
+
+
+@pytest.mark.parametrize("shape", [(3, 1000, 96), (1, 5000, 64), (4, 700, 1536)])
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_whole_and_split_lanes(name, dtype, split, shape):
+    """The best plan with whole lanes and with split lanes, whichever the solver would choose for the shape: forward h
+    and the backward's gradients (inputs and h0) against the fp64 reference."""
+    from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
+    from flashrnn_kernels.scan.plan import split_plan
+    from flashrnn_kernels.scan.problem import ScanProblem
+
+    B, T, D = shape
+    n = OPS[name][2]
+    gpu = _device_gpu(torch.cuda.current_device())
+    plans = [split_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, split)
+             for d in ("forward", "backward")]
+    if name == "linear":
+        inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
+    else:
+        inputs = [torch.randn(B, T, D, device="cuda") for _ in range(n)]
+    inputs = [t.to(dtype) for t in inputs]
+    h0 = (torch.rand(B, D, device="cuda") + 0.1).to(dtype)
+    dy = torch.randn(B, T, D, device="cuda").to(dtype)
+    _poison_allocator(8 * B * T * D + (1 << 20))
+    (h,) = run_scan(name, "forward", tuple(inputs), h0, kernel_plan=plans[0])
+    _poison_allocator(8 * B * T * D + (1 << 20))
+    *grads, grad_h0 = run_scan(name, "backward", tuple(inputs), h0, dy=dy, h=h, kernel_plan=plans[1])
+    h_ref, grads_ref = _reference(name, inputs, h0, dy)
+    errors = {"h": relative_error(h, h_ref), "dh0": relative_error(grad_h0, grads_ref[-1])}
+    errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
+    bad = {k: v for k, v in errors.items() if not v <= TOL[dtype]}
+    assert not bad, f"{name} {dtype} {shape} split={split} {plans[0]}: {bad}"

@@ -1,6 +1,7 @@
 """Scan plans: valid for several GPU models (every named constraint holds, hwmodels' occupancy admits the block
-with the promised min_blocks at the register need, at least 16 resident warps), independent of T, and every
-rendered source compiles with nvcc for sm_80 and sm_90 with no spills and at most the plan's register estimate."""
+with the promised min_blocks at the register need, enough resident warps), split lanes only where the time
+model says so, chunks that cover any T, and every rendered source (split or not) compiles with nvcc for sm_80 and sm_90
+with no spills and at most the plan's register estimate."""
 from __future__ import annotations
 
 import re
@@ -13,16 +14,20 @@ import hwmodels
 import pytest
 
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
-from flashrnn_kernels.scan.plan import TARGET_WARPS, build_model, objective, plan, register_cap, register_need
-from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem
+from flashrnn_kernels.scan.plan import (MIN_RESIDENT_WARPS, build_model, estimate_ns, split_plan, objective, plan,
+                                        register_cap, register_need)
+from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 
 
-def _problems(dims=(1536, 64, 500)):
-    return [ScanProblem(cell, dim, dtype, direction) for cell in CELLS for dtype in DTYPES for dim in dims
-            for direction in ("forward", "backward")]
+SHAPES = ((8, 4096), (1, 65536), (2, 1000))  # (B, T)
+
+
+def _problems(dims=(1536, 64, 500), shapes=SHAPES):
+    return [ScanProblem.for_shape(cell, B, T, dim, dtype, direction) for cell in CELLS for dtype in DTYPES
+            for dim in dims for B, T in shapes for direction in ("forward", "backward")]
 
 
 @pytest.mark.parametrize("gpu_name", GPUS)
@@ -37,33 +42,62 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert p.smem_bytes + p.stage_bytes <= gpu.smem_per_block_optin
         need = register_need(p.problem.cell, p.steps, p.vec)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes + p.stage_bytes)
-        assert occupancy.blocks_per_sm == p.min_blocks >= 2
-        # a GPU with little shared memory per SM (L4: 100 KiB) cannot stage enough steps for the warp target
-        assert p.min_blocks * p.threads >= TARGET_WARPS * gpu.warp_size or gpu.smem_per_sm < 128 * 1024
+        assert occupancy.blocks_per_sm == p.min_blocks >= 1
+        assert p.min_blocks * p.threads >= MIN_RESIDENT_WARPS * gpu.warp_size
         # the register cap the launch bounds give ptxas covers the need, and is the plan's estimate
         assert p.regs_estimate == register_cap(gpu, p.threads, p.min_blocks) >= need
         assert p.regs_estimate * p.threads * p.min_blocks <= gpu.regs_per_sm
         m = build_model(problem, gpu)
         sol = m.minimize(objective(m))
         assert all(c.holds(sol) for c in m.constraints)
-        if problem.input_count == 2 and problem.hidden_dim % (16 // problem.element_bytes) == 0:
+        assert sol["time_ns"] == p.estimate_ns == estimate_ns(p, gpu)
+        if problem.hidden_dim % (16 // problem.element_bytes) == 0:
             assert p.vec * problem.element_bytes == 16, "16-byte accesses whenever D allows them"
 
 
-def test_plan_has_no_sequence_length_and_chunks_cover_any_t():
-    p = plan(ScanProblem("linear", 1536, "float32"), hwmodels.load("H200-SXM-141GB"))
-    assert "T" not in p.defines() and not any("SEQ" in k for k in p.defines())
+def test_split_only_when_the_model_says_it_is_faster():
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for problem in _problems(dims=(1536, 64)):
+        p = plan(problem, gpu)
+        whole, split = (split_plan(problem, gpu, s) for s in (False, True))
+        assert p.estimate_ns == min(whole.estimate_ns, split.estimate_ns)
+        assert not p.split or split.estimate_ns < whole.estimate_ns
+
+
+def test_thin_long_sequences_split_and_wide_batches_do_not():
+    """[1, 65536, 64] has too few lanes to fill the GPU: its lanes split into segments, every block resident;
+    [8, 4096, 1536] bf16 fills the GPU with whole lanes."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    thin = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32"), gpu)
+    lanes = thin.d_tiles(64)
+    segments = thin.segments(lanes, thin.chunks(65536))
+    assert thin.split and gpu.sm_count <= lanes * segments <= thin.slots
+    wide = plan(ScanProblem.for_shape("min_gru", 8, 4096, 1536, "bfloat16"), gpu)
+    assert not wide.split and wide.segments(8 * wide.d_tiles(1536), wide.chunks(4096)) == 1
+    assert 8 * wide.d_tiles(1536) >= gpu.sm_count
+
+
+def test_buckets_round_up_to_powers_of_two():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 1000, 1024, 1025, 65537)] == [1, 2, 4, 4, 8, 1024, 1024, 2048,
+                                                                            131072]
+    assert ScanProblem.for_shape("linear", 3, 1000, 64, "float32") == ScanProblem("linear", 64, "float32", 4, 1024)
+
+
+def test_chunks_cover_any_t():
+    p = plan(ScanProblem.for_shape("linear", 8, 4096, 1536, "float32"), hwmodels.load("H200-SXM-141GB"))
     for T in (1, 3, p.chunk_len, p.chunk_len + 1, 65537):
         assert (p.chunks(T) - 1) * p.chunk_len < T <= p.chunks(T) * p.chunk_len
 
 
 def test_bad_problem_names_the_choices():
     with pytest.raises(ValueError, match="min_gru"):
-        ScanProblem("gru", 64, "float32")
+        ScanProblem("gru", 64, "float32", 1, 1)
     with pytest.raises(ValueError, match="bfloat16"):
-        ScanProblem("linear", 64, "float64")
+        ScanProblem("linear", 64, "float64", 1, 1)
     with pytest.raises(ValueError, match="hidden_dim"):
-        ScanProblem("linear", 0, "float32")
+        ScanProblem("linear", 0, "float32", 1, 1)
+    with pytest.raises(ValueError, match="seq_len"):
+        ScanProblem("linear", 64, "float32", 1, 0)
 
 
 def _ptxas(source: str, arch: str, tmp: Path) -> str:
@@ -79,7 +113,8 @@ def _ptxas(source: str, arch: str, tmp: Path) -> str:
 @pytest.mark.parametrize("arch,gpu_name", [("sm_80", "A100-SXM4-80GB"), ("sm_90", "H200-SXM-141GB")])
 def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path):
     gpu = hwmodels.load(gpu_name)
-    plans = {p.source(): p for p in (plan(pr, gpu) for pr in _problems(dims=(1536, 64)))}
+    plans = {p.source(): p for p in (split_plan(pr, gpu, split) for pr in _problems(dims=(1536, 64))
+                                     for split in (False, True))}
     with ThreadPoolExecutor(4) as pool:
         logs = list(pool.map(lambda s: _ptxas(s, arch, tmp_path), plans))
     for (source, p), log in zip(plans.items(), logs):

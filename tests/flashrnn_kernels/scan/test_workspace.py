@@ -9,21 +9,24 @@ from flashrnn_kernels.scan.function import EPOCH_LIMIT, StreamWorkspace
 
 def test_reuse_gives_a_new_epoch_and_keeps_the_buffers():
     ws = StreamWorkspace(torch.device("cpu"))
-    flags, maps, first = ws.take(100, 50)
-    flags[1:] = 4 * first + 2  # words the kernel left behind
-    again, maps_again, second = ws.take(80, 40)
-    assert again is flags and maps_again is maps and second == first + 1
-    assert all(m.numel() >= 50 for m in maps) and flags.numel() >= 101
-    assert ((again[1:] >> 2) != second).all(), "an old word must not read as this launch's"
+    maps, first = ws.take(100)
+    for words in maps:
+        words.fill_((first << 32) | 7)  # words the kernel published
+    maps_again, second = ws.take(80)
+    assert all(x is y for x, y in zip(maps, maps_again)) and second == first + 1
+    assert len(maps) == 2 and all(m.numel() >= 100 for m in maps)
+    assert all(((m >> 32) != second).all() for m in maps_again), "an old word must not read as this launch's"
 
 
-def test_growth_and_wrap_zero_the_status_words():
+def test_growth_and_wrap_zero_the_words():
     ws = StreamWorkspace(torch.device("cpu"))
-    flags, _, _ = ws.take(10, 10)
-    flags.fill_(7)
-    grown, _, epoch = ws.take(1000, 10)
-    assert grown.numel() >= 1001 and not grown.any() and epoch == 1
-    grown.fill_(5)
+    maps, _ = ws.take(10)
+    for words in maps:
+        words.fill_(7)
+    grown, epoch = ws.take(1000)
+    assert all(m.numel() >= 1000 and not m.any() for m in grown) and epoch == 1
+    for words in grown:
+        words.fill_(5)
     ws.epoch = EPOCH_LIMIT - 1
-    wrapped, _, epoch = ws.take(10, 10)
-    assert epoch == 1 and not wrapped.any()
+    wrapped, epoch = ws.take(10)
+    assert epoch == 1 and not any(m.any() for m in wrapped)
