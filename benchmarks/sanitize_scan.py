@@ -1,7 +1,8 @@
-"""A small multi-chunk scan (linear, minGRU, minLSTM; forward + backward) for compute-sanitizer.
+"""Small multi-chunk scans (linear, minGRU, minLSTM; forward + backward) for compute-sanitizer.
 
 [B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of
-the chunk, a hidden size that leaves a partial tile. Exits 1 if any output or gradient is not finite or is far from
+the chunk, a hidden size that leaves a partial tile; its lanes are split into segments (look-back). [64, 200, 256]:
+enough lanes that each block walks a whole lane. Exits 1 if any output or gradient is not finite or is far from
 the float64 reference loop; run it as ``compute-sanitizer --tool racecheck python3 benchmarks/sanitize_scan.py``.
 """
 
@@ -13,7 +14,9 @@ import torch
 
 import common
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference
+from flashrnn_kernels.scan.function import device_plan
 
+SHAPES = ((3, 1000, 96), (64, 200, 256))
 TOLERANCE = 2e-2  # a loose sanity bound; the GPU tests hold the kernels to the real tolerances
 CASES = {"linear": (linear_scan, reference.linear_scan_loop, 2), "min_gru": (min_gru_scan, reference.min_gru_loop, 2),
          "min_lstm": (min_lstm_scan, reference.min_lstm_loop, 3)}
@@ -24,9 +27,8 @@ def main() -> int:
         print("sanitize_scan: CUDA is not available; it needs a GPU.", file=sys.stderr)
         return 2
     failed = False
-    for dtype in (torch.bfloat16, torch.float32):
+    for (B, T, D), dtype in [(shape, dtype) for shape in SHAPES for dtype in (torch.bfloat16, torch.float32)]:
         for name, (op, loop, n) in CASES.items():
-            B, T, D = 3, 1000, 96
             xs = [torch.randn(B, T, D, device="cuda") for _ in range(n)]
             if name == "linear":
                 xs[0] = torch.rand(B, T, D, device="cuda") * 0.5 + 0.5
@@ -43,7 +45,8 @@ def main() -> int:
                 err = common.relative_error(got.cpu(), want)
                 ok = bool(torch.isfinite(got).all()) and err <= TOLERANCE
                 failed |= not ok
-                print(f"{name:8s} {str(dtype):15s} {label:6s} rel_err={err:.2e} {'ok' if ok else 'FAILED'}")
+                print(f"{name:8s} {B}x{T}x{D} split={device_plan(name, h, 'forward').split!s:5s} {str(dtype):15s} "
+                      f"{label:6s} rel_err={err:.2e} {'ok' if ok else 'FAILED'}")
     torch.cuda.synchronize()
     print("sanitize_scan:", "FAILED" if failed else "passed")
     return 1 if failed else 0

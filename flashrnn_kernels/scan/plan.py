@@ -85,8 +85,8 @@ def register_need(cell: str, steps: int, vec: int) -> int:
 
 
 def static_smem(threads_t: int, tile: int) -> int:
-    """Bytes of the kernel's static shared memory: the rows' maps s_a, s_b (fp32 [threads_t][tile])."""
-    return 8 * threads_t * tile
+    """Bytes of the kernel's static shared memory: the rows' maps s_a, s_b (fp32 [threads_t][tile + 4])."""
+    return 8 * threads_t * (tile + 4)
 
 
 def stage_bytes(problem: ScanProblem, chunk_len: int, tile: int, stages: int) -> int:

@@ -56,6 +56,8 @@ typedef __half elem_t;
 #define SCAN_ACCESS (SCAN_VEC * (int)sizeof(elem_t))                      // bytes of one thread's access
 #define SCAN_OWNED ((SCAN_VEC + SCAN_THREADS_T - 1) / SCAN_THREADS_T)      // channels a thread combines in phase 2
 #define SCAN_STAGE (SCAN_INPUTS * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
+#define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
+                                  // over all banks
 
 static_assert(SCAN_THREADS % 32 == 0, "a block is whole warps");
 static_assert(SCAN_VEC * sizeof(elem_t) <= 16, "one access is at most 16 bytes");
@@ -248,8 +250,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     int epoch) {
     extern __shared__ __align__(16) unsigned char s_raw[];
     elem_t* stage = reinterpret_cast<elem_t*>(s_raw);
-    __shared__ float s_a[SCAN_THREADS_T][SCAN_TILE];
-    __shared__ float s_b[SCAN_THREADS_T][SCAN_TILE];
+    __shared__ __align__(16) float s_a[SCAN_THREADS_T][SCAN_ROW];
+    __shared__ __align__(16) float s_b[SCAN_THREADS_T][SCAN_ROW];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int lane = blockIdx.x % lanes, seg = blockIdx.x / lanes;
     const int chunks = (T + SCAN_CHUNK - 1) / SCAN_CHUNK;
@@ -258,6 +260,35 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #if SCAN_CELL != 0
     float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];  // this thread's maps of the current chunk
 #endif
+
+    // This thread's SCAN_VEC values of row r of s_a or s_b (16-byte accesses where SCAN_VEC allows).
+    auto store_row = [&](float (*rows)[SCAN_ROW], int r, const float (&v)[SCAN_VEC]) {
+        float* dst = &rows[r][tx * SCAN_VEC];
+        if constexpr (SCAN_VEC % 4 == 0) {
+#pragma unroll
+            for (int q = 0; q < SCAN_VEC; q += 4)
+                *reinterpret_cast<float4*>(dst + q) = make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < SCAN_VEC; ++j) dst[j] = v[j];
+        }
+    };
+    auto load_row = [&](float (*rows)[SCAN_ROW], int r, float (&v)[SCAN_VEC]) {
+        const float* src = &rows[r][tx * SCAN_VEC];
+        if constexpr (SCAN_VEC % 4 == 0) {
+#pragma unroll
+            for (int q = 0; q < SCAN_VEC; q += 4) {
+                const float4 f = *reinterpret_cast<const float4*>(src + q);
+                v[q] = f.x;
+                v[q + 1] = f.y;
+                v[q + 2] = f.z;
+                v[q + 3] = f.w;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < SCAN_VEC; ++j) v[j] = src[j];
+        }
+    };
 
     // The maps (a, b) of this thread's step i of chunk `at` from the staged inputs (steps past T: the identity).
     auto step_maps = [&](int buf, const ChunkAt& at, int i, float (&a)[SCAN_VEC], float (&b)[SCAN_VEC]) {
@@ -315,11 +346,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 fa[j] = a[j] * fa[j];
             }
         }
-#pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j) {
-            s_a[ty][tx * SCAN_VEC + j] = fa[j];
-            s_b[ty][tx * SCAN_VEC + j] = fb[j];
-        }
+        store_row(s_a, ty, fa);
+        store_row(s_b, ty, fb);
     };
 
     // One chunk with outputs: phase 1; phase 2, each row's carry-in from the chunk's (`carry`, which then holds the
@@ -345,8 +373,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         __syncthreads();
         if (at.active) {
             float state[SCAN_VEC];
-#pragma unroll
-            for (int j = 0; j < SCAN_VEC; ++j) state[j] = s_a[ty][tx * SCAN_VEC + j];
+            load_row(s_a, ty, state);
 #pragma unroll
             for (int i = 0; i < SCAN_STEPS; ++i) {
                 const int s = at.s0 + i;
@@ -536,11 +563,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j) {
-            s_a[ty][tx * SCAN_VEC + j] = ra[j];
-            s_b[ty][tx * SCAN_VEC + j] = rb[j];
-        }
+        store_row(s_a, ty, ra);
+        store_row(s_b, ty, rb);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
