@@ -70,11 +70,14 @@ MIN_RESIDENT_WARPS = 8
 """Warps resident per SM at least, so that one block's phases overlap another's."""
 
 MIN_ROW_BYTES = 64
-"""A tile's row (its channels at one step) spans at least two 32-byte sectors (or all of D)."""
+"""A tile's row (its channels at one step) spans at least two 32-byte sectors (or the largest power of two of
+channels within D)."""
 
 STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (2, 3, 4)
 POW2 = tuple(2**k for k in range(11))
+POW2_ROWS = tuple(v for v in POW2 if v <= 32)
+"""Thread rows per block: phase 2 combines them one after another."""
 
 
 def register_need(cell: str, steps: int, vec: int) -> int:
@@ -217,7 +220,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     esize, inputs, dim = problem.element_bytes, problem.input_count, problem.hidden_dim
     B, T = problem.batch, problem.seq_len
     td = m.int_var(values=[v for v in POW2 if v <= min(256, gpu.max_threads_per_block)], name="threads_d")
-    tt = m.int_var(values=[v for v in POW2 if v <= 32], name="threads_t")
+    tt = m.int_var(values=list(POW2_ROWS), name="threads_t")
     vec = m.int_var(values=[v for v in POW2 if v * esize <= 16], name="vec")
     steps = m.int_var(values=list(STEP_CHOICES), name="steps")
     stages = m.int_var(values=list(STAGE_CHOICES), name="stages")
@@ -228,11 +231,11 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile, 1) * stages + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
-    m.add(threads >= 4 * gpu.warp_size, name="at_least_four_warps")
+    m.add(m.any_of([threads >= 4 * gpu.warp_size, tt == max(POW2_ROWS)]), name="four_warps_unless_rows_are_at_most")
     m.add(chunk >= MIN_CHUNK, name="chunk_at_least_min")
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
-    m.add(tile * esize >= min(MIN_ROW_BYTES, dim * esize), name="row_spans_two_sectors")
+    m.add(tile >= min(MIN_ROW_BYTES // esize, 1 << (dim.bit_length() - 1)), name="row_spans_two_sectors")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
     if problem.cell == "linear":

@@ -77,6 +77,15 @@ def test_thin_long_sequences_split_and_wide_batches_do_not():
     assert 8 * wide.d_tiles(1536) >= gpu.sm_count
 
 
+def test_tiny_hidden_sizes_have_plans():
+    """D of a few channels (an 8-channel fp32 row is 2 threads of 4): fewer than four warps, the rows at their
+    most."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for problem in _problems(dims=(1, 2, 3, 8, 12), shapes=((2, 6), (1, 65536))):
+        p = plan(problem, gpu)
+        assert p.tile <= problem.hidden_dim and p.min_blocks * p.threads >= MIN_RESIDENT_WARPS * gpu.warp_size
+
+
 def test_buckets_round_up_to_powers_of_two():
     assert [bucket(n) for n in (1, 2, 3, 4, 5, 1000, 1024, 1025, 65537)] == [1, 2, 4, 4, 8, 1024, 1024, 2048,
                                                                             131072]
