@@ -61,7 +61,7 @@ typedef __half elem_t;
 
 static_assert(SCAN_THREADS % 32 == 0, "a block is whole warps");
 static_assert(SCAN_VEC * sizeof(elem_t) <= 16, "one access is at most 16 bytes");
-static_assert(SCAN_THREADS >= 32, "warp 0 runs the look-back");
+static_assert(SCAN_THREADS >= 32, "a block is at least one warp");
 static_assert((SCAN_VEC & (SCAN_VEC - 1)) == 0, "SCAN_VEC is a power of two");
 static_assert(SCAN_CELL >= 0 && SCAN_CELL <= 2, "SCAN_CELL is 0 (linear), 1 (minGRU) or 2 (minLSTM)");
 
