@@ -1,4 +1,4 @@
-// Single-pass chunked linear scan h_t = a_t * h_{t-1} + b_t over the time axis of [B, T, D] tensors, with the
+// Chunked linear scan h_t = a_t * h_{t-1} + b_t over the time axis of [B, T, D] tensors, with the
 // gates of minGRU / minLSTM computed on the fly from their projected inputs, and the backward as the same scan
 // run in reverse (dh_t = dy_t + a_{t+1} * dh_{t+1}) followed by the gradient epilogue.
 //
@@ -15,7 +15,7 @@
 // is read from memory once.
 //
 // Blocks and carries: a lane is split into `segments` (a launch argument) runs of consecutive chunks, one block
-// each, all resident at once. A block walks its chunks in order and keeps the carry in registers. With one segment
+// each (block = segment * lanes + lane). A block walks its chunks in order and keeps the carry in registers. With one segment
 // per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more (thin shapes that
 // must split T), segment 0 walks its chunks from h0 and publishes its final state; every later segment first
 // streams its inputs once to fold them into its map h -> A h + B (pass A) and publishes that map, then composes
@@ -23,6 +23,8 @@
 // rows combine in shared memory) and walks its chunks again writing the outputs (pass B, its inputs mostly from
 // L2). A published value is one 64-bit word (value, launch epoch) written and read with relaxed atomics, so it is
 // valid exactly when its tag matches: no fences, no flags. Pass B's first chunks are staged before the look-back.
+// A block waits only on lower-numbered blocks, and with more than one segment the plan keeps every block resident
+// (segments * lanes within the resident slots), so the waits always end.
 //
 // Cells (SCAN_CELL): 0 linear (x1 = a, x2 = b); 1 minGRU (x1 = k, x2 = h_pre): z = sigmoid(k), a = 1 - z,
 // b = z * g(h_pre); 2 minLSTM (x1 = f_pre, x2 = i_pre, x3 = h_pre): f = sigmoid(f_pre), i = sigmoid(i_pre),
