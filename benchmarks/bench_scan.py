@@ -144,8 +144,7 @@ def plan_sweep(copy_bw) -> list[dict]:
                 for trial in _neighbours(base):
                     need = register_need("linear", trial.steps, trial.vec)
                     smem = trial.smem_bytes + trial.stage_bytes
-                    if (trial.threads % 32 or trial.threads > 1024 or trial.tile > D or trial.stages < 2
-                            or smem > gpu.smem_per_block_optin):
+                    if trial.threads % 32 or trial.threads > 1024 or trial.tile > D or smem > gpu.smem_per_block_optin:
                         continue
                     try:
                         occupancy = hwmodels.blocks_per_sm(gpu, trial.threads, need, smem).blocks_per_sm
