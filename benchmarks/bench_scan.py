@@ -13,8 +13,8 @@ Bandwidth counts each input read once and each output written once, against a de
 the same run. Each measurement's repeat count is cut to about 200 ms of device time, so the default run takes a
 few minutes at most, most of it compiling and allocating; every T here is a power of two, as accelerated-scan
 requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
-`--plans` times the best whole-lane and split-lane plans and their neighbours next to the time model
-(results/scan_plans.*).
+`--plans` times the best plan of each carry mode (whole, resident, chained lanes) and their neighbours next to
+the time model (results/scan_plans.*).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import plot, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
-from flashrnn_kernels.scan.plan import estimate_ns, register_cap, register_need, split_plan  # noqa: E402
+from flashrnn_kernels.scan.plan import CARRIES, carry_plan, estimate_ns, register_cap, register_need  # noqa: E402
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -114,19 +114,21 @@ def bench_linear(shape, dname, copy_bw, impl):
 
 def _neighbours(base):
     """`base` and the plans one step away from it in one field (threads_d, threads_t, steps: halved or doubled;
-    stages: one more or fewer)."""
+    stages, except for chained plans, which stage one chunk: one more or fewer, at least two)."""
     out = [base]
-    for field, values in (("threads_d", (base.threads_d // 2, base.threads_d * 2)),
-                          ("threads_t", (base.threads_t // 2, base.threads_t * 2)),
-                          ("steps", (base.steps // 2, base.steps * 2)),
-                          ("stages", (base.stages - 1, base.stages + 1))):
+    fields = [("threads_d", (base.threads_d // 2, base.threads_d * 2)),
+              ("threads_t", (base.threads_t // 2, base.threads_t * 2)),
+              ("steps", (base.steps // 2, base.steps * 2))]
+    if base.carry != "chained":
+        fields.append(("stages", (base.stages - 1, base.stages + 1)))
+    for field, values in fields:
         out += [dataclasses.replace(base, **{field: v}) for v in values if v >= (2 if field == "stages" else 1)]
     return out
 
 
 def plan_sweep(copy_bw) -> list[dict]:
-    """linear_scan forward with the best plan with whole lanes and with split lanes, and their neighbours, measured
-    next to the time model's estimate, to check the model (and the choice to split) against measurement."""
+    """linear_scan forward with the best plan of each carry mode and their neighbours, measured next to the time
+    model's estimate, to check the model (and its choice of carry) against measurement."""
     rows = []
     for dname, dtype in DTYPES.items():
         for shape in ((8, 4096, 1536), (8, 256, 1536), (1, 65536, 64)):  # [B, T, D]
@@ -135,11 +137,11 @@ def plan_sweep(copy_bw) -> list[dict]:
             b = torch.randn(*shape, device="cuda").to(dtype)
             chosen = device_plan("linear", a, "forward")
             gpu = _device_gpu(a.device.index or 0)
-            for split in (False, True):
+            for carry in CARRIES:
                 try:
-                    base = split_plan(chosen.problem, gpu, split)
+                    base = carry_plan(chosen.problem, gpu, carry)
                 except Exception as exc:
-                    print(f"no {'split' if split else 'whole-lane'} plan for {shape} {dname}: {exc}")
+                    print(f"no {carry} plan for {shape} {dname}: {exc}")
                     continue
                 for trial in _neighbours(base):
                     need = register_need("linear", trial.steps, trial.vec)
@@ -162,7 +164,7 @@ def plan_sweep(copy_bw) -> list[dict]:
                                                                              kernel_plan=trial))
                     label = "solver's plan" if trial == chosen else ("best of its kind" if trial == base else "neighbour")
                     rows.append(_row("linear_scan", label, shape, dname, ms, 3 * a.numel() * a.element_size(),
-                                     copy_bw, lanes="split" if split else "whole", threads_d=trial.threads_d,
+                                     copy_bw, carry=carry, threads_d=trial.threads_d,
                                      threads_t=trial.threads_t, steps=trial.steps, stages=trial.stages,
                                      vec=trial.vec, min_blocks=occupancy, model_us=model_us, error=err))
             del a, b

@@ -3,11 +3,11 @@ ScanProblem and a GPUModel.
 
 Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread,
 one access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages` (chunks staged in shared
-memory), `min_blocks` (resident blocks per SM the launch bounds promise) and `split` (whether lanes are split into
-segments, see scan.cu). Everything else (threads, chunk length, tile, shared memory, the register cap the launch
-bounds give ptxas) is derived here; scan.cu re-checks the block shape by static_assert. The problem carries B and
-T rounded up to powers of two (ScanProblem.for_shape), so one plan serves every shape of its bucket; the number of
-segments is chosen at launch (`segments`): as many as keep every block resident.
+memory), `min_blocks` (resident blocks per SM the launch bounds promise) and `carry` (how a lane's chunks are split
+over blocks, see scan.cu and CARRIES). Everything else (threads, chunk length, tile, shared memory, the register cap
+the launch bounds give ptxas) is derived here; scan.cu re-checks the block shape by static_assert. The problem
+carries B and T rounded up to powers of two (ScanProblem.for_shape), so one plan serves every shape of its bucket;
+the number of segments is chosen at launch (`segments`).
 
 Registers: the minGRU / minLSTM kernels keep their steps' maps (a, b), 2 * steps * vec fp32 values, in registers
 from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value. The linear kernel reads its
@@ -16,12 +16,13 @@ regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where 
 cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without spills.
 
 Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves
-(one when split, so that every block is resident), each as long as the slowest of: a block's DRAM bytes at its
-share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most that SM's even
-share), the bytes through the SM per bytes in flight ((stages - 1) staged chunks) per LATENCY_NS, and its chunks
-at CHUNK_NS of work each. A split lane streams its inputs twice (pass A, then pass B with the outputs); the second
-read comes from L2 when all inputs fit in half of it, else from DRAM; and its look-back adds LOOKBACK_NS plus
-ROUND_NS per round of predecessor loads.
+(one for resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its
+share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most that SM's even share), the bytes through
+the SM per bytes in flight ((stages - 1) staged chunks, a chained block's one chunk) per LATENCY_NS, its chunks at
+CHUNK_NS of work each, and a chained block's lifetime (its load, two passes over the chunk, one look-back round);
+plus the tail of the last wave (its blocks end unevenly: 1 / TAIL_DIV of a wave). A resident segment streams its
+inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs fit in half of
+it, else from DRAM; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors.
 """
 from __future__ import annotations
 
@@ -54,14 +55,23 @@ CHUNK_NS = 400
 """A block's own work per chunk: phases and their barriers, without memory waits."""
 
 LOOKBACK_NS = 1500
-"""A split lane's look-back, besides its rounds: the wait for the last predecessor's map (the segments' pass A
-times differ), publishing, two barriers."""
+"""A resident segment's look-back, besides its rounds: the wait for the last predecessor's map (the segments' pass
+A times differ), publishing, two barriers."""
 
 ROUND_NS = 800
-"""One look-back round: a thread loads up to LOOKBACK_PAIRS predecessors' word pairs at once (an L2 round trip)."""
+"""One look-back round: each thread row loads one predecessor's word pairs (an L2 round trip), one barrier."""
 
-LOOKBACK_PAIRS = 8
-"""Word pairs (a, b) a thread has in flight in one look-back round (scan.cu's U * SCAN_VEC)."""
+WORD_BYTES = 16
+"""A segment publishes two 8-byte words per channel (its map's a and b, or its final state): written back to DRAM."""
+
+TAIL_DIV = 8
+"""The last wave's blocks end unevenly (their shares of the bandwidth differ): on the H200 a one-wave scan of whole
+lanes kept its SMs busy 88.6% of the kernel's time (Nsight Compute), about 1 / 8 of the wave lost."""
+
+CARRIES = ("whole", "resident", "chained")
+"""How a lane's chunks map to blocks: one block walks the whole lane; resident segments (as many per lane as keep
+every block resident, each streamed twice); or chained segments of one chunk each (any number of waves, the chunk
+read once into shared memory)."""
 
 MIN_CHUNK = 16
 """Steps per chunk at least: shorter chunks spend more on their barriers and phase 2 than on their data."""
@@ -74,7 +84,8 @@ MIN_ROW_BYTES = 64
 channels within D)."""
 
 STEP_CHOICES = (2, 4, 8, 16)
-STAGE_CHOICES = (2, 3, 4)
+STAGE_CHOICES = (1, 2, 3, 4)
+"""1 only for chained segments (one chunk, nothing to stage ahead)."""
 POW2 = tuple(2**k for k in range(11))
 POW2_ROWS = tuple(v for v in POW2 if v <= 32)
 """Thread rows per block: phase 2 combines them one after another."""
@@ -122,7 +133,8 @@ class ScanPlan:
     steps: int
     stages: int
     min_blocks: int
-    split: bool
+    carry: str
+    """One of CARRIES."""
     sm_count: int
     regs_estimate: int
     """Registers per thread ptxas may use: the cap __launch_bounds__(threads, min_blocks) gives it."""
@@ -159,10 +171,12 @@ class ScanPlan:
         return stage_bytes(self.problem, self.chunk_len, self.tile, self.stages)
 
     def segments(self, lanes: int, chunks: int) -> int:
-        """Segments per lane at launch: one unless split; else as many as keep every block resident (and no more
-        than the lane's chunks)."""
-        if not self.split:
+        """Segments per lane at launch: one for whole lanes; one per chunk when chained; else as many as keep every
+        block resident (and no more than the lane's chunks)."""
+        if self.carry == "whole":
             return 1
+        if self.carry == "chained":
+            return chunks
         return max(1, min(chunks, self.slots // lanes))
 
     def d_tiles(self, hidden_dim: int) -> int:
@@ -226,7 +240,12 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     stages = m.int_var(values=list(STAGE_CHOICES), name="stages")
     occ = m.int_var(1, min(16, gpu.max_blocks_per_sm), "occupancy")
     d_tiles = m.int_var(1, dim, "d_tiles")
-    split = m.int_var(0, 1, "split")
+    resident, chained = m.int_var(0, 1, "resident"), m.int_var(0, 1, "chained")
+    carry = m.int_var(0, len(CARRIES) - 1, "carry")  # index into CARRIES
+    m.add(carry == resident + 2 * chained, name="carry_is_one_mode")
+    m.add(resident + chained <= 1, name="carry_modes_exclusive")
+    m.add(m.any_of([chained == 1, stages >= 2]), name="stages_ahead_unless_chained")
+    m.add(m.any_of([chained == 0, stages == 1]), name="chained_stages_one_chunk")
     threads, tile, chunk = td * tt, td * vec, tt * steps
     smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile, 1) * stages + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
@@ -261,53 +280,59 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     slots = occ * gpu.sm_count
     chunks = _ceil_count(m, T, chunk, T, "chunks")
     segments = m.int_var(1, T, "segments")  # per lane, as `ScanPlan.segments` chooses them at launch
-    m.add(segments <= 1 + split * T, name="one_segment_unless_split")
-    m.add(m.any_of([split == 0, segments * lanes <= slots]), name="segments_resident")
-    m.add(m.any_of([split == 0, segments == chunks, (segments + 1) * lanes > slots]), name="segments_as_many_as_fit")
+    m.add(segments <= 1 + (resident + chained) * T, name="one_segment_for_whole_lanes")
+    m.add(m.any_of([resident == 0, segments * lanes <= slots]), name="segments_resident")
+    m.add(m.any_of([resident == 0, segments == chunks, (segments + 1) * lanes > slots]),
+          name="segments_as_many_as_fit")
+    m.add(m.any_of([chained == 0, segments == chunks]), name="chained_segment_per_chunk")
     m.add(segments <= chunks, name="segments_within_chunks")
     blocks = lanes * segments
     waves = _ceil_count(m, blocks, slots, B * dim * T, "waves")
-    m.add(m.any_of([split == 0, waves == 1]), name="split_lanes_resident")
+    m.add(m.any_of([resident == 0, waves == 1]), name="resident_segments_one_wave")
     active = _min_of(m, blocks, slots, B * dim * T, "active_blocks")
     per_sm = _ceil_count(m, active, gpu.sm_count, B * dim * T, "blocks_on_busiest_sm")
     seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
     reread = 0 if B * T * dim * inputs * esize <= gpu.l2_bytes // 2 else inputs * esize
-    dram_per_elem = problem.traffic_elements * esize + split * reread  # DRAM bytes per element of [B, T, D]
-    sm_per_elem = problem.traffic_elements * esize + split * inputs * esize  # bytes through the SM
-    in_flight = (stages - 1) * inputs * chunk * tile * esize  # staged bytes per block not yet consumed
+    dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
+    sm_per_elem = problem.traffic_elements * esize + resident * inputs * esize  # bytes through the SM
+    split = resident + chained
+    # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
+    in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
     # each bound on a wave's time, rounded up to whole ns; the wave takes the largest (so every variable of the
     # model is fixed by the block shape, and the search only branches on that)
     bounds = {
-        "wave_bandwidth": _ceil_div(seg_elems * dram_per_elem * active, bw),
+        "wave_bandwidth": _ceil_div((seg_elems * dram_per_elem + split * WORD_BYTES * tile) * active, bw),
         "wave_sm_share": _ceil_div(seg_elems * sm_per_elem * per_sm * gpu.sm_count, bw),
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
-        "wave_work": seg_chunks * (1 + split) * CHUNK_NS,
+        "wave_work": seg_chunks * (1 + resident + chained) * CHUNK_NS,
+        "wave_chained_block": chained * (LATENCY_NS + 2 * CHUNK_NS + ROUND_NS),
     }
     wave = m.int_var(1, 10**12, "wave_ns")
     for name, bound in bounds.items():
         m.add(wave >= bound, name=name)
     m.add(m.any_of([wave == bound for bound in bounds.values()]), name="wave_is_its_largest_bound")
-    # look-back: segments - 1 predecessors' pairs for each of the thread's vec channels, threads_t rows at once
-    vec_fixed = widest_vec(problem)
-    rounds = _ceil_div((segments - 1) * vec_fixed, tt * max(LOOKBACK_PAIRS, vec_fixed))
+    # a resident segment's look-back: at most segments - 1 predecessors, threads_t per round (a chained block's one
+    # round is in its lifetime)
+    rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
-    m.add(time == waves * wave + split * LOOKBACK_NS + rounds * ROUND_NS, name="time_definition")
+    m.add(time == waves * wave + _ceil_div(wave, TAIL_DIV) + resident * LOOKBACK_NS + rounds * ROUND_NS,
+          name="time_definition")
     return m
 
 
 def objective(m: constrint.Model):
-    """The modelled time, then no split, fewer rows (shorter phase 2) and more threads along D."""
+    """The modelled time, then whole lanes, fewer rows (shorter phase 2) and more threads along D."""
     v = m.var
-    return 128 * v("time_ns") + 64 * v("split") + v("threads_t") + 32 // v("threads_d")
+    return 128 * v("time_ns") + 64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
-    """The time model's value for plan `p` (any block shape, split or not, not only the optimum) on its problem."""
+    """The time model's value for plan `p` (any block shape and carry, not only the optimum) on its problem."""
     m = build_model(p.problem, gpu)
     for name in ("threads_d", "threads_t", "vec", "steps", "stages"):
         m.add(m.var(name) == getattr(p, name), name=f"given_{name}")
-    m.add(m.var("split") == int(p.split), name="given_split")
+    m.add(m.var("carry") == CARRIES.index(p.carry), name="given_carry")
     return m.minimize(m.var("time_ns"))["time_ns"]
 
 
@@ -320,14 +345,16 @@ def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, m: constrint.Model) -> S
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
                     vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
-                    split=bool(sol["split"]), sm_count=gpu.sm_count, regs_estimate=register_cap(gpu, threads, blocks),
+                    carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count, regs_estimate=register_cap(gpu, threads, blocks),
                     estimate_ns=sol["time_ns"])
 
 
-def split_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, split: bool) -> ScanPlan:
-    """The best plan with lanes split into segments or not (benchmarks and tests compare the two)."""
+def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> ScanPlan:
+    """The best plan with the given carry mode, one of CARRIES (benchmarks and tests compare them)."""
+    if carry not in CARRIES:
+        raise ValueError(f"carry must be one of {CARRIES}, got {carry!r}")
     m = build_model(problem, gpu)
-    m.add(m.var("split") == int(split), name="given_split")
+    m.add(m.var("carry") == CARRIES.index(carry), name="given_carry")
     return _plan(problem, gpu, m)
 
 

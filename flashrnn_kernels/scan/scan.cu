@@ -15,16 +15,18 @@
 // is read from memory once.
 //
 // Blocks and carries: a lane is split into `segments` (a launch argument) runs of consecutive chunks, one block
-// each (block = segment * lanes + lane). A block walks its chunks in order and keeps the carry in registers. With one segment
-// per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more (thin shapes that
-// must split T), segment 0 walks its chunks from h0 and publishes its final state; every later segment first
-// streams its inputs once to fold them into its map h -> A h + B (pass A) and publishes that map, then composes
-// every predecessor's published map into its carry-in (one round: thread row ty folds a range of predecessors, the
-// rows combine in shared memory) and walks its chunks again writing the outputs (pass B, its inputs mostly from
-// L2). A published value is one 64-bit word (value, launch epoch) written and read with relaxed atomics, so it is
-// valid exactly when its tag matches: no fences, no flags. Pass B's first chunks are staged before the look-back.
-// A block waits only on lower-numbered blocks, and with more than one segment the plan keeps every block resident
-// (segments * lanes within the resident slots), so the waits always end.
+// each (block = segment * lanes + lane). A block walks its chunks in order and keeps the carry in registers. With one
+// segment per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more, segment 0
+// walks its chunks from h0 and publishes its final state; every later segment first streams its inputs to fold them
+// into its map h -> A h + B (pass A) and publishes that map, then looks back (decoupled look-back: in rounds of
+// SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
+// memory, and a published final state ends the composition), publishes its own final state A carry + B, and walks
+// its chunks again writing the outputs (pass B). A segment of at most SCAN_STAGES chunks is still staged after pass
+// A, so pass B reads it from shared memory (the chained plans: one chunk per segment, one pass over memory);
+// longer ones (the resident plans) stage pass B again, mostly from L2, its first chunks during the look-back.
+// A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
+// when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
+// starts no later than it (blocks are dispatched in index order), so the waits always end.
 //
 // Cells (SCAN_CELL): 0 linear (x1 = a, x2 = b); 1 minGRU (x1 = k, x2 = h_pre): z = sigmoid(k), a = 1 - z,
 // b = z * g(h_pre); 2 minLSTM (x1 = f_pre, x2 = i_pre, x3 = h_pre): f = sigmoid(f_pre), i = sigmoid(i_pre),
@@ -160,19 +162,27 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 
 typedef unsigned long long word_t;
 
-// A published value: its float bits low, the launch's epoch high. Words from earlier launches carry older epochs
-// (and zeroed words epoch 0), so they read as "not yet published": the workspace is zeroed only when it grows or
-// the host's epoch counter wraps.
-__device__ __forceinline__ void publish(word_t* p, float v, int epoch) {
-    const word_t w = (static_cast<word_t>(static_cast<unsigned>(epoch)) << 32) | __float_as_uint(v);
+// A published value: its float bits low, its tag high: 2 * epoch + 1 for a segment's final state, 2 * epoch for the a
+// and b of its map. Words from earlier launches carry older epochs (and zeroed words epoch 0), so they read as "not
+// yet published": the workspace is zeroed only when it grows or the host's epoch counter wraps.
+__device__ __forceinline__ void publish(word_t* p, float v, unsigned tag) {
+    const word_t w = (static_cast<word_t>(tag) << 32) | __float_as_uint(v);
     asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
 }
 
-__device__ __forceinline__ bool read_published(const word_t* p, int epoch, float& v) {
+__device__ __forceinline__ word_t read_word(const word_t* p) {
     word_t w;
     asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-    v = __uint_as_float(static_cast<unsigned>(w));
-    return static_cast<int>(w >> 32) == epoch;
+    return w;
+}
+
+// A predecessor's map for one channel from its words: a final state s as the constant map (0, s), else its own map
+// (a, b) once both are published; false while neither is.
+__device__ __forceinline__ bool published_map(word_t wa, word_t wb, unsigned map_tag, float& a, float& b) {
+    const unsigned tb = static_cast<unsigned>(wb >> 32);
+    a = tb == map_tag + 1u ? 0.0f : __uint_as_float(static_cast<unsigned>(wa));
+    b = __uint_as_float(static_cast<unsigned>(wb));
+    return tb == map_tag + 1u || (tb == map_tag && static_cast<unsigned>(wa >> 32) == map_tag);
 }
 
 // The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`. Rows are step-major
@@ -193,12 +203,12 @@ __device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
 
 // Where one chunk of one lane sits for this thread.
 struct ChunkAt {
-    int chunk, lane, batch, d, s0, t0;
+    int batch, d, s0, t0;
     long long base;  // element offset of this thread's first step
     bool active;     // this thread's channels exist (d < D)
     int step;        // element offset from one step of this thread to the next (in scan order)
 
-    __device__ __forceinline__ ChunkAt(int chunk_, int lane_, int d_tiles, int T, int D) : chunk(chunk_), lane(lane_) {
+    __device__ __forceinline__ ChunkAt(int chunk, int lane, int d_tiles, int T, int D) {
         batch = lane / d_tiles;
         d = (lane - batch * d_tiles) * SCAN_TILE + threadIdx.x * SCAN_VEC;
         active = d < D;
@@ -243,6 +253,7 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
 //   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D]; grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
 // Grid: lanes * segments blocks (block = segment * lanes + lane), all resident when segments > 1.
 // seg_a, seg_b: [lanes, segments, SCAN_TILE] published words (unused with one segment); epoch in [1, 2^31).
+// Grid order matters with more than one segment: a block waits on lower-numbered ones.
 // Dynamic shared memory: SCAN_STAGES * SCAN_STAGE elements.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flashrnn_scan(
     const elem_t* __restrict__ x1, const elem_t* __restrict__ x2, const elem_t* __restrict__ x3,
@@ -290,6 +301,14 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #pragma unroll
             for (int j = 0; j < SCAN_VEC; ++j) v[j] = src[j];
         }
+    };
+
+    // Phase 2 and the published words split a column's channels over its rows: this thread owns channel
+    // j = ty + k * SCAN_THREADS_T < SCAN_VEC of its column, `c` within the tile.
+    auto owned = [&](int k, int& c) {
+        const int j = ty + k * SCAN_THREADS_T;
+        c = tx * SCAN_VEC + j;
+        return j < SCAN_VEC;
     };
 
     // The maps (a, b) of this thread's step i of chunk `at` from the staged inputs (steps past T: the identity).
@@ -360,8 +379,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
-            const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
-            if (j < SCAN_VEC && at.active) {
+            int c;
+            if (owned(k, c) && at.active) {
                 float cr = carry[k];
 #pragma unroll
                 for (int r = 0; r < SCAN_THREADS_T; ++r) {  // row r's carry-in replaces its map's a
@@ -454,8 +473,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
-            const int c = tx * SCAN_VEC + ty + k * SCAN_THREADS_T;
-            if (ty + k * SCAN_THREADS_T < SCAN_VEC) {
+            int c;
+            if (owned(k, c)) {
 #pragma unroll
                 for (int r = 0; r < SCAN_THREADS_T; ++r) {
                     const float a = s_a[r][c];
@@ -467,7 +486,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         __syncthreads();
     };
 
-    // Stage the first SCAN_STAGES - 1 chunks of [first, end); then walk them, staging ahead, with `body`.
+    // Stage the first SCAN_STAGES - 1 chunks of [first, end); then walk them, staging ahead (unless every chunk is
+    // staged already), with `body`.
     auto prologue = [&]() {
 #pragma unroll
         for (int c = 0; c < SCAN_STAGES - 1; ++c) {
@@ -475,19 +495,22 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             cp_async_commit();
         }
     };
-    auto walk = [&](auto&& body) {
+    auto walk = [&](auto&& body, bool staging) {
         for (int c = first; c < end; ++c) {
-            const int ahead = c + SCAN_STAGES - 1;
-            if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), T,
-                                         D, x1, x2, x3, dy);
-            cp_async_commit();
-            cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
+            if (staging) {
+                const int ahead = c + SCAN_STAGES - 1;
+                if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D),
+                                             T, D, x1, x2, x3, dy);
+                cp_async_commit();
+                cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
+            }
             body((c - first) % SCAN_STAGES, ChunkAt(c, lane, d_tiles, T, D));
         }
     };
 
     const ChunkAt lane_at(first, lane, d_tiles, T, D);  // for the lane's batch row and this thread's channels
     const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
+    const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
     if (seg == 0) {
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
@@ -497,18 +520,17 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 carry[k] = to_float(h0[(long long)lane_at.batch * D + lane_at.d + j]);
         }
         prologue();
-        walk(scan_chunk);
-        if (segments > 1) {  // publish the final state as the constant map h -> carry
+        walk(scan_chunk, true);
+        if (segments > 1) {
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
-                const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
-                if (j < SCAN_VEC) {
-                    publish(seg_a + word0 + c, 0.0f, epoch);
-                    publish(seg_b + word0 + c, carry[k], epoch);
-                }
+                int c;
+                if (owned(k, c)) publish(seg_b + word0 + c, carry[k], final_tag);
             }
         }
     } else {
+        const long long mine = word0 + (long long)seg * SCAN_TILE;  // this segment's words
+        const bool kept = end - first <= SCAN_STAGES;  // pass A leaves all of the segment's chunks staged
         // pass A: the segment's map, published
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
@@ -516,70 +538,78 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             acc_b[k] = 0.0f;
         }
         prologue();
-        walk(fold_chunk);
+        walk(fold_chunk, true);
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
-            const int j = ty + k * SCAN_THREADS_T, c = tx * SCAN_VEC + j;
-            if (j < SCAN_VEC) {
-                publish(seg_a + word0 + (long long)seg * SCAN_TILE + c, acc_a[k], epoch);
-                publish(seg_b + word0 + (long long)seg * SCAN_TILE + c, acc_b[k], epoch);
+            int c;
+            if (owned(k, c)) {
+                publish(seg_a + mine + c, acc_a[k], map_tag);
+                publish(seg_b + mine + c, acc_b[k], map_tag);
             }
         }
-        prologue();  // pass B's first chunks load during the look-back
+        if (!kept) prologue();  // pass B's first chunks load during the look-back
 
-        // look-back: row ty folds predecessors [lo, hi) in order (waiting for each to be published), for all of this
-        // thread's channels; the owners then compose the rows' maps in order into the carry-in
-        const int per_row = (seg + SCAN_THREADS_T - 1) / SCAN_THREADS_T;
-        const int lo = min(seg, ty * per_row), hi = min(seg, lo + per_row);
-        float ra[SCAN_VEC], rb[SCAN_VEC];
+        // look-back: round by round, row ty takes predecessor base - ty; the owners compose the rows' maps, nearest
+        // first, into (la, lb) (carry-in = la h + lb) until la is 0 for all of them: a final state was reached (or
+        // the predecessors' a products reached 0, which ends the dependence just as well)
+        float la[SCAN_OWNED], lb[SCAN_OWNED];
 #pragma unroll
-        for (int j = 0; j < SCAN_VEC; ++j) {
-            ra[j] = 1.0f;
-            rb[j] = 0.0f;
+        for (int k = 0; k < SCAN_OWNED; ++k) {
+            la[k] = 1.0f;
+            lb[k] = 0.0f;
         }
-        constexpr int U = SCAN_VEC >= 8 ? 1 : 8 / SCAN_VEC;  // predecessors per round: 8 word pairs in flight
-        for (int q0 = lo; q0 < hi; q0 += U) {
-            float va[U][SCAN_VEC], vb[U][SCAN_VEC];
-            bool ready[U][SCAN_VEC];
+        for (int base = seg - 1;; base -= SCAN_THREADS_T) {
+            const int p = base - ty;
+            float ra[SCAN_VEC], rb[SCAN_VEC];
+            if (p >= 0) {
+                const long long w = word0 + (long long)p * SCAN_TILE + tx * SCAN_VEC;
+                word_t wa[SCAN_VEC], wb[SCAN_VEC];
 #pragma unroll
-            for (int u = 0; u < U; ++u) {  // issue the round's loads together
-#pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) {
-                    const long long w = word0 + (long long)(q0 + u) * SCAN_TILE + tx * SCAN_VEC + j;
-                    ready[u][j] = q0 + u >= hi || (read_published(seg_a + w, epoch, va[u][j]) &
-                                                   read_published(seg_b + w, epoch, vb[u][j]));
+                for (int j = 0; j < SCAN_VEC; ++j) {  // issue the row's loads together
+                    wb[j] = read_word(seg_b + w + j);
+                    wa[j] = read_word(seg_a + w + j);
                 }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) {
-                    const long long w = word0 + (long long)(q0 + u) * SCAN_TILE + tx * SCAN_VEC + j;
-                    while (!ready[u][j])
-                        ready[u][j] = read_published(seg_a + w, epoch, va[u][j]) &
-                                      read_published(seg_b + w, epoch, vb[u][j]);
-                    if (q0 + u < hi) {
-                        rb[j] = fmaf(va[u][j], rb[j], vb[u][j]);
-                        ra[j] = va[u][j] * ra[j];
+                    while (!published_map(wa[j], wb[j], map_tag, ra[j], rb[j])) {
+                        wb[j] = read_word(seg_b + w + j);
+                        wa[j] = read_word(seg_a + w + j);
                     }
                 }
+            } else {  // before segment 0, which is always final: the identity
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) {
+                    ra[j] = 1.0f;
+                    rb[j] = 0.0f;
+                }
             }
+            store_row(s_a, ty, ra);
+            store_row(s_b, ty, rb);
+            __syncthreads();
+            int open = 0;
+#pragma unroll
+            for (int k = 0; k < SCAN_OWNED; ++k) {
+                int c;
+                if (owned(k, c)) {
+#pragma unroll
+                    for (int r = 0; r < SCAN_THREADS_T; ++r) {
+                        lb[k] = fmaf(la[k], s_b[r][c], lb[k]);
+                        la[k] *= s_a[r][c];
+                    }
+                    open |= la[k] != 0.0f;
+                }
+            }
+            // the barrier also ends the rows' reads before s_a / s_b are written again; the round that reached
+            // segment 0 is the last whatever la holds (a NaN input keeps it nonzero)
+            if (!__syncthreads_or(open) || base < SCAN_THREADS_T) break;
         }
-        store_row(s_a, ty, ra);
-        store_row(s_b, ty, rb);
-        __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
-            const int c = tx * SCAN_VEC + ty + k * SCAN_THREADS_T;
-            float cb = 0.0f;  // segment 0's map is constant, so the composition is too: carry-in = its B
-            if (ty + k * SCAN_THREADS_T < SCAN_VEC) {
-#pragma unroll
-                for (int r = 0; r < SCAN_THREADS_T; ++r) cb = fmaf(s_a[r][c], cb, s_b[r][c]);
-            }
-            carry[k] = cb;
+            int c;
+            carry[k] = lb[k];
+            if (owned(k, c)) publish(seg_b + mine + c, fmaf(acc_a[k], lb[k], acc_b[k]), final_tag);
         }
-        __syncthreads();
-        walk(scan_chunk);  // pass B
+        walk(scan_chunk, !kept);  // pass B
     }
     cp_async_wait_group<0>();
 }

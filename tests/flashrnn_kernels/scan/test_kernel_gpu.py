@@ -102,20 +102,21 @@ def test_workspace_reuse_across_shapes_and_epoch_wrap():
 
 
 @pytest.mark.parametrize("shape", [(3, 1000, 96), (1, 5000, 64), (4, 700, 1536)])
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(OPS))
-def test_whole_and_split_lanes(name, dtype, split, shape):
-    """The best plan with whole lanes and with split lanes, whichever the solver would choose for the shape: forward h
-    and the backward's gradients (inputs and h0) against the fp64 reference."""
+def test_every_carry_mode(name, dtype, carry, shape):
+    """The best plan of each carry mode (whole lanes, resident segments, chained one-chunk segments), whichever the
+    solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
+    reference."""
     from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
-    from flashrnn_kernels.scan.plan import split_plan
+    from flashrnn_kernels.scan.plan import carry_plan
     from flashrnn_kernels.scan.problem import ScanProblem
 
     B, T, D = shape
     n = OPS[name][2]
     gpu = _device_gpu(torch.cuda.current_device())
-    plans = [split_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, split)
+    plans = [carry_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
              for d in ("forward", "backward")]
     if name == "linear":
         inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
@@ -132,4 +133,4 @@ def test_whole_and_split_lanes(name, dtype, split, shape):
     errors = {"h": relative_error(h, h_ref), "dh0": relative_error(grad_h0, grads_ref[-1])}
     errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
     bad = {k: v for k, v in errors.items() if not v <= TOL[dtype]}
-    assert not bad, f"{name} {dtype} {shape} split={split} {plans[0]}: {bad}"
+    assert not bad, f"{name} {dtype} {shape} carry={carry} {plans[0]}: {bad}"

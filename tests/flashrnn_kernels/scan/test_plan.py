@@ -1,6 +1,6 @@
 """Scan plans: valid for several GPU models (every named constraint holds, hwmodels' occupancy admits the block
-with the promised min_blocks at the register need, enough resident warps), split lanes only where the time
-model says so, chunks that cover any T, and every rendered source (split or not) compiles with nvcc for sm_80 and sm_90
+with the promised min_blocks at the register need, enough resident warps), the carry mode the time model finds
+fastest, chunks that cover any T, and every rendered source (each carry mode) compiles with nvcc for sm_80 and sm_90
 with no spills and at most the plan's register estimate."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import hwmodels
 import pytest
 
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
-from flashrnn_kernels.scan.plan import (MIN_RESIDENT_WARPS, build_model, estimate_ns, split_plan, objective, plan,
-                                        register_cap, register_need)
+from flashrnn_kernels.scan.plan import (CARRIES, MIN_RESIDENT_WARPS, build_model, carry_plan, estimate_ns, objective,
+                                        plan, register_cap, register_need)
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
@@ -55,26 +55,38 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
             assert p.vec * problem.element_bytes == 16, "16-byte accesses whenever D allows them"
 
 
-def test_split_only_when_the_model_says_it_is_faster():
+def test_carry_mode_is_the_fastest_modelled():
+    """The plan's carry mode has the least modelled time; segments only where they beat whole lanes outright."""
     gpu = hwmodels.load("H200-SXM-141GB")
     for problem in _problems(dims=(1536, 64)):
         p = plan(problem, gpu)
-        whole, split = (split_plan(problem, gpu, s) for s in (False, True))
-        assert p.estimate_ns == min(whole.estimate_ns, split.estimate_ns)
-        assert not p.split or split.estimate_ns < whole.estimate_ns
+        best = {carry: carry_plan(problem, gpu, carry) for carry in CARRIES}
+        assert all(b.carry == carry for carry, b in best.items())
+        assert p.estimate_ns == min(b.estimate_ns for b in best.values())
+        assert p.carry == "whole" or best[p.carry].estimate_ns < best["whole"].estimate_ns
+        assert (p.stages == 1) == (p.carry == "chained"), "a chained block stages its one chunk, the others stage ahead"
+    with pytest.raises(ValueError, match="chained"):
+        carry_plan(problem, gpu, "split")
 
 
-def test_thin_long_sequences_split_and_wide_batches_do_not():
-    """[1, 65536, 64] has too few lanes to fill the GPU: its lanes split into segments, every block resident;
-    [8, 4096, 1536] bf16 fills the GPU with whole lanes."""
+def test_segments_per_carry_mode():
+    """[1, 65536, 64] has too few lanes to fill the GPU: its lanes are split, into at least one block per SM;
+    resident segments fit the slots, chained ones are one chunk each, in many waves. Short wide scans
+    ([8, 256, 1536] bf16) fill the GPU with whole lanes, one segment each."""
     gpu = hwmodels.load("H200-SXM-141GB")
-    thin = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32"), gpu)
-    lanes = thin.d_tiles(64)
-    segments = thin.segments(lanes, thin.chunks(65536))
-    assert thin.split and gpu.sm_count <= lanes * segments <= thin.slots
-    wide = plan(ScanProblem.for_shape("min_gru", 8, 4096, 1536, "bfloat16"), gpu)
-    assert not wide.split and wide.segments(8 * wide.d_tiles(1536), wide.chunks(4096)) == 1
-    assert 8 * wide.d_tiles(1536) >= gpu.sm_count
+    problem = ScanProblem.for_shape("linear", 1, 65536, 64, "float32")
+    thin = plan(problem, gpu)
+    lanes, chunks = thin.d_tiles(64), thin.chunks(65536)
+    assert thin.carry != "whole" and lanes * thin.segments(lanes, chunks) >= gpu.sm_count
+    resident = carry_plan(problem, gpu, "resident")
+    lanes, chunks = resident.d_tiles(64), resident.chunks(65536)
+    assert gpu.sm_count <= lanes * resident.segments(lanes, chunks) <= resident.slots
+    wide = carry_plan(ScanProblem.for_shape("linear", 8, 4096, 1536, "float32"), gpu, "chained")
+    lanes, chunks = 8 * wide.d_tiles(1536), wide.chunks(4096)
+    assert wide.segments(lanes, chunks) == chunks and lanes * chunks > 4 * wide.slots
+    short = plan(ScanProblem.for_shape("min_gru", 8, 256, 1536, "bfloat16"), gpu)
+    assert short.carry == "whole" and short.segments(8 * short.d_tiles(1536), short.chunks(256)) == 1
+    assert 8 * short.d_tiles(1536) >= gpu.sm_count
 
 
 def test_tiny_hidden_sizes_have_plans():
@@ -122,8 +134,8 @@ def _ptxas(source: str, arch: str, tmp: Path) -> str:
 @pytest.mark.parametrize("arch,gpu_name", [("sm_80", "A100-SXM4-80GB"), ("sm_90", "H200-SXM-141GB")])
 def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path):
     gpu = hwmodels.load(gpu_name)
-    plans = {p.source(): p for p in (split_plan(pr, gpu, split) for pr in _problems(dims=(1536, 64))
-                                     for split in (False, True))}
+    plans = {p.source(): p for p in (carry_plan(pr, gpu, carry) for pr in _problems(dims=(1536, 64))
+                                     for carry in CARRIES)}
     with ThreadPoolExecutor(4) as pool:
         logs = list(pool.map(lambda s: _ptxas(s, arch, tmp_path), plans))
     for (source, p), log in zip(plans.items(), logs):
