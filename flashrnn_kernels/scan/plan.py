@@ -71,7 +71,11 @@ lanes kept its SMs busy 88.6% of the kernel's time (Nsight Compute), about 1 / 8
 CARRIES = ("whole", "resident", "chained")
 """How a lane's chunks map to blocks: one block walks the whole lane; resident segments (as many per lane as keep
 every block resident, each streamed twice); or chained segments of one chunk each (any number of waves, the chunk
-read once into shared memory)."""
+read once into shared memory). Chained segments only where even the narrowest tiles give fewer lanes than SMs: a
+chained block loads,
+then works, while a whole lane's block overlaps the two, and with enough lanes that wins (H200, linear_scan
+[8, 4096, 1536] bf16: the best chained block shape of a sweep 114 us, whole lanes 100 us; fp32 155 / 160 us),
+which the time model does not capture."""
 
 MIN_CHUNK = 16
 """Steps per chunk at least: shorter chunks spend more on their barriers and phase 2 than on their data."""
@@ -254,7 +258,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(chunk >= MIN_CHUNK, name="chunk_at_least_min")
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
-    m.add(tile >= min(MIN_ROW_BYTES // esize, 1 << (dim.bit_length() - 1)), name="row_spans_two_sectors")
+    min_tile = min(MIN_ROW_BYTES // esize, 1 << (dim.bit_length() - 1))
+    m.add(tile >= min_tile, name="row_spans_two_sectors")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
     if problem.cell == "linear":
@@ -285,6 +290,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([resident == 0, segments == chunks, (segments + 1) * lanes > slots]),
           name="segments_as_many_as_fit")
     m.add(m.any_of([chained == 0, segments == chunks]), name="chained_segment_per_chunk")
+    if B * -(-dim // min_tile) >= gpu.sm_count:  # the narrowest tiles give every SM a lane
+        m.add(chained == 0, name="chained_only_when_lanes_leave_sms_idle")
     m.add(segments <= chunks, name="segments_within_chunks")
     blocks = lanes * segments
     waves = _ceil_count(m, blocks, slots, B * dim * T, "waves")
@@ -322,9 +329,12 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
 
 
 def objective(m: constrint.Model):
-    """The modelled time, then whole lanes, fewer rows (shorter phase 2) and more threads along D."""
+    """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and more steps per
+    thread (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16 chained, 16 steps 14.6 us,
+    8 steps 16.6 us)."""
     v = m.var
-    return 128 * v("time_ns") + 64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
+    return (128 * v("time_ns") + 64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
+            + 2 * (16 // v("steps")))
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
