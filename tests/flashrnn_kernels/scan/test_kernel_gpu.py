@@ -35,7 +35,8 @@ def _reference(name, inputs, h0, dy):
     return h, grads
 
 
-def _check(name, dtype, B, T, D, with_h0, scale=(1.0, 1.0)):
+def _check(name, dtype, B, T, D, with_h0, scale=(1.0, 1.0), tol=None):
+    """Kernel vs the fp64 reference on fresh random inputs; `tol(inputs, h0)` replaces the dtype's tolerance."""
     op, _, n = OPS[name]
     if name == "linear":
         inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
@@ -53,8 +54,9 @@ def _check(name, dtype, B, T, D, with_h0, scale=(1.0, 1.0)):
     assert torch.isfinite(h).all() and all(torch.isfinite(g).all() for g in grads)
     errors = {"h": relative_error(h, h_ref)}
     errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
-    bad = {k: v for k, v in errors.items() if not v <= TOL[dtype]}
-    assert not bad, f"{name} {dtype} [{B},{T},{D}] h0={with_h0}: {bad}"
+    limit = tol(inputs, h0) if callable(tol) else TOL[dtype]
+    bad = {k: v for k, v in errors.items() if not v <= limit}
+    assert not bad, f"{name} {dtype} [{B},{T},{D}] h0={with_h0}: {bad} (limit {limit:.2e})"
 
 
 @pytest.mark.parametrize("with_h0", [False, True])
@@ -75,10 +77,23 @@ def test_fp16_and_non_tile_multiple_hidden_size():
     _check("min_gru", torch.float32, 2, 333, 500, False)
 
 
+def _gate_rounding_error(inputs, h0) -> float:
+    """How far rounding minGRU's gates to fp32 alone moves h (fp64 scans of the fp64 and of the fp32-rounded gates):
+    a floor no fp32 kernel gets under. With a = 1 - 6e-6 the spacing of fp32 near 1 is 1% of 1 - a, and over 20,000
+    steps that alone is about 1e-5."""
+    k, h_pre, h0 = (t.detach().double() for t in (*inputs, h0))
+    exact = reference.min_gru_gates(k, h_pre)
+    rounded = [g.float().double() for g in exact]
+    h = [reference.linear_scan_chunked(a, b, h0, chunk_len=512) for a, b in (exact, rounded)]
+    return relative_error(h[1], h[0])
+
+
 @pytest.mark.parametrize("bias", [-12.0, 12.0])
 def test_decays_near_zero_and_one_stay_finite(bias):
-    """min_gru with k ~ -12 (a ~ 1: long memory) and k ~ +12 (a ~ 6e-6: the state is replaced each step)."""
-    _check("min_gru", torch.float32, 2, 20000, 64, True, scale=(0.1, bias))
+    """min_gru with k ~ -12 (a ~ 1: long memory) and k ~ +12 (a ~ 6e-6: the state is replaced each step): finite,
+    and within 1e-5 or three times the error that rounding the gates to fp32 causes by itself, if that is larger."""
+    _check("min_gru", torch.float32, 2, 20000, 64, True, scale=(0.1, bias),
+           tol=lambda inputs, h0: max(TOL[torch.float32], 3 * _gate_rounding_error(inputs, h0)))
 
 
 def test_parallel_and_sequential_forms_agree_with_h0():
@@ -101,6 +116,21 @@ def test_workspace_reuse_across_shapes_and_epoch_wrap():
         _check("min_gru", torch.float32, 2, 4000, 64, False)
 
 
+def _carry_plan(problem, gpu, carry):
+    """The best plan of the carry mode; where the planner offers no chained plan (lanes enough to fill the GPU), the
+    best whole-lane block shape run chained (the kernel takes any shape in any mode: many waves of chunks here)."""
+    import dataclasses
+
+    import constrint
+    from flashrnn_kernels.scan.plan import carry_plan
+
+    try:
+        return carry_plan(problem, gpu, carry)
+    except constrint.Infeasible:
+        assert carry == "chained"
+        return dataclasses.replace(carry_plan(problem, gpu, "whole"), carry=carry, stages=1)
+
+
 @pytest.mark.parametrize("shape", [(3, 1000, 96), (1, 5000, 64), (4, 700, 1536)])
 @pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -110,13 +140,12 @@ def test_every_carry_mode(name, dtype, carry, shape):
     solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
     reference."""
     from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
-    from flashrnn_kernels.scan.plan import carry_plan
     from flashrnn_kernels.scan.problem import ScanProblem
 
     B, T, D = shape
     n = OPS[name][2]
     gpu = _device_gpu(torch.cuda.current_device())
-    plans = [carry_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
+    plans = [_carry_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
              for d in ("forward", "backward")]
     if name == "linear":
         inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]

@@ -10,6 +10,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import constrint
 import hwmodels
 import pytest
 
@@ -56,11 +57,18 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
 
 
 def test_carry_mode_is_the_fastest_modelled():
-    """The plan's carry mode has the least modelled time; segments only where they beat whole lanes outright."""
+    """The plan's carry mode has the least modelled time; segments only where they beat whole lanes outright;
+    chained segments only where even the narrowest tiles leave SMs without a lane."""
     gpu = hwmodels.load("H200-SXM-141GB")
     for problem in _problems(dims=(1536, 64)):
         p = plan(problem, gpu)
-        best = {carry: carry_plan(problem, gpu, carry) for carry in CARRIES}
+        best = {}
+        for carry in CARRIES:
+            try:
+                best[carry] = carry_plan(problem, gpu, carry)
+            except constrint.Infeasible as exc:
+                assert carry == "chained" and "chained_only_when_lanes_leave_sms_idle" in str(exc)
+                assert problem.batch * problem.hidden_dim // (64 // problem.element_bytes) >= gpu.sm_count
         assert all(b.carry == carry for carry, b in best.items())
         assert p.estimate_ns == min(b.estimate_ns for b in best.values())
         assert p.carry == "whole" or best[p.carry].estimate_ns < best["whole"].estimate_ns
@@ -71,7 +79,7 @@ def test_carry_mode_is_the_fastest_modelled():
 
 def test_segments_per_carry_mode():
     """[1, 65536, 64] has too few lanes to fill the GPU: its lanes are split, into at least one block per SM;
-    resident segments fit the slots, chained ones are one chunk each, in many waves. Short wide scans
+    resident segments fit the slots, chained ones are one chunk each. Short wide scans
     ([8, 256, 1536] bf16) fill the GPU with whole lanes, one segment each."""
     gpu = hwmodels.load("H200-SXM-141GB")
     problem = ScanProblem.for_shape("linear", 1, 65536, 64, "float32")
@@ -81,9 +89,9 @@ def test_segments_per_carry_mode():
     resident = carry_plan(problem, gpu, "resident")
     lanes, chunks = resident.d_tiles(64), resident.chunks(65536)
     assert gpu.sm_count <= lanes * resident.segments(lanes, chunks) <= resident.slots
-    wide = carry_plan(ScanProblem.for_shape("linear", 8, 4096, 1536, "float32"), gpu, "chained")
-    lanes, chunks = 8 * wide.d_tiles(1536), wide.chunks(4096)
-    assert wide.segments(lanes, chunks) == chunks and lanes * chunks > 4 * wide.slots
+    chained = carry_plan(problem, gpu, "chained")
+    lanes, chunks = chained.d_tiles(64), chained.chunks(65536)
+    assert chained.segments(lanes, chunks) == chunks
     short = plan(ScanProblem.for_shape("min_gru", 8, 256, 1536, "bfloat16"), gpu)
     assert short.carry == "whole" and short.segments(8 * short.d_tiles(1536), short.chunks(256)) == 1
     assert 8 * short.d_tiles(1536) >= gpu.sm_count
@@ -121,6 +129,13 @@ def test_bad_problem_names_the_choices():
         ScanProblem("linear", 64, "float32", 1, 0)
 
 
+def _plan_or_none(problem, gpu, carry):
+    try:
+        return carry_plan(problem, gpu, carry)
+    except constrint.Infeasible:  # no chained plans for lanes that fill the GPU
+        return None
+
+
 def _ptxas(source: str, arch: str, tmp: Path) -> str:
     path = tmp / f"scan_{abs(hash(source))}_{arch}.cu"
     path.write_text(source)
@@ -134,8 +149,8 @@ def _ptxas(source: str, arch: str, tmp: Path) -> str:
 @pytest.mark.parametrize("arch,gpu_name", [("sm_80", "A100-SXM4-80GB"), ("sm_90", "H200-SXM-141GB")])
 def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path):
     gpu = hwmodels.load(gpu_name)
-    plans = {p.source(): p for p in (carry_plan(pr, gpu, carry) for pr in _problems(dims=(1536, 64))
-                                     for carry in CARRIES)}
+    plans = {p.source(): p for p in (_plan_or_none(pr, gpu, carry) for pr in _problems(dims=(1536, 64))
+                                     for carry in CARRIES) if p is not None}
     with ThreadPoolExecutor(4) as pool:
         logs = list(pool.map(lambda s: _ptxas(s, arch, tmp_path), plans))
     for (source, p), log in zip(plans.items(), logs):
