@@ -252,6 +252,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--quick", action="store_true",
                         help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
     parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
+    parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
     if args.group:
@@ -269,8 +270,11 @@ def main(argv=None) -> list[dict]:
         return rows
     thin = (1, 65536, 64)  # shapes are [B, T, D]: the issue's [8, 1536, T] and [1, 64, 65536] in (B, D, T) order
     wide = [(8, T, 1536) for T in ((4096,) if args.quick else WIDE_T)]
+    shapes = [thin] + wide
+    if args.shapes:
+        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     rows = []
-    for shape in [thin] + wide:
+    for shape in shapes:
         for dname in DTYPES:
             for part in ("ours", "accelerated-scan"):
                 rows += _run_group(shape, dname, part, copy_bw, args.quick)
@@ -316,7 +320,7 @@ def _write(args, rows, copy_bw, judged):
     summary = judge(rows)
     for r in rows:
         r["pass"] = r.pop("pass_", None)
-    name = "scan_quick" if args.quick else "scan"
+    name = "scan_quick" if args.quick else ("scan_shapes" if args.shapes else "scan")
     notes = [f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s (bytes read + written).",
              "Bandwidth counts each input read once and each output written once (minimum traffic)."]
     markdown = write_results(name, rows, title="Scan kernels: linear_scan, minGRU, minLSTM", notes=notes)

@@ -17,12 +17,12 @@ cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan comp
 
 Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves
 (one for resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its
-share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most that SM's even share), the bytes through
-the SM per bytes in flight ((stages - 1) staged chunks, a chained block's one chunk) per LATENCY_NS, its chunks at
-CHUNK_NS of work each, and a chained block's lifetime (its load, two passes over the chunk, one look-back round);
-plus the tail of the last wave (its blocks end unevenly: 1 / TAIL_DIV of a wave). A resident segment streams its
-inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs fit in half of
-it, else from DRAM; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors.
+share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most that SM's even
+share), the bytes through the SM per bytes in flight ((stages - 1) staged chunks, a chained block's one chunk) per
+LATENCY_NS, its chunks at CHUNK_NS of work each, and a chained block's lifetime (its load, two passes over the
+chunk, one look-back round). A resident segment streams its inputs twice (pass A, then pass B with the outputs);
+the second read comes from L2 when all inputs fit in half of it, else from DRAM; and its look-back adds LOOKBACK_NS
+plus ROUND_NS per round of threads_t predecessors.
 """
 from __future__ import annotations
 
@@ -63,10 +63,6 @@ ROUND_NS = 800
 
 WORD_BYTES = 16
 """A segment publishes two 8-byte words per channel (its map's a and b, or its final state): written back to DRAM."""
-
-TAIL_DIV = 8
-"""The last wave's blocks end unevenly (their shares of the bandwidth differ): on the H200 a one-wave scan of whole
-lanes kept its SMs busy 88.6% of the kernel's time (Nsight Compute), about 1 / 8 of the wave lost."""
 
 CARRIES = ("whole", "resident", "chained")
 """How a lane's chunks map to blocks: one block walks the whole lane; resident segments (as many per lane as keep
@@ -323,18 +319,18 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
-    m.add(time == waves * wave + _ceil_div(wave, TAIL_DIV) + resident * LOOKBACK_NS + rounds * ROUND_NS,
+    m.add(time == waves * wave + resident * LOOKBACK_NS + rounds * ROUND_NS,
           name="time_definition")
     return m
 
 
 def objective(m: constrint.Model):
-    """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and more steps per
-    thread (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16 chained, 16 steps 14.6 us,
-    8 steps 16.6 us)."""
+    """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and, for chained
+    segments, more steps per thread (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16
+    chained, 16 steps 14.6 us, 8 steps 16.6 us)."""
     v = m.var
     return (128 * v("time_ns") + 64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
-            + 2 * (16 // v("steps")))
+            + 2 * v("chained") * (16 // v("steps")))
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
