@@ -162,7 +162,8 @@ def plan_sweep(copy_bw) -> list[dict]:
                         model_us = float("nan")
                     ms, err = _time(lambda a=a, b=b, trial=trial: run_scan("linear", "forward", (a, b), None,
                                                                              kernel_plan=trial))
-                    label = "solver's plan" if trial == chosen else ("best of its kind" if trial == base else "neighbour")
+                    label = ("solver's plan" if trial == chosen
+                             else "best of its kind" if trial == base else "neighbour")
                     rows.append(_row("linear_scan", label, shape, dname, ms, 3 * a.numel() * a.element_size(),
                                      copy_bw, carry=carry, threads_d=trial.threads_d,
                                      threads_t=trial.threads_t, steps=trial.steps, stages=trial.stages,

@@ -24,8 +24,8 @@ from .problem import ScanProblem, bucket
 KERNEL_NAME = "flashrnn_scan"
 TORCH_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 EPOCH_LIMIT = 1 << 31
-"""Published words carry the epoch in their high 32 bits: epochs run 1 .. EPOCH_LIMIT - 1, then the words are
-zeroed."""
+"""Published words carry a tag in their high 32 bits, 2 * epoch (a segment's map) or 2 * epoch + 1 (its final
+state): epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
 
 _plans: dict[tuple, ScanPlan] = {}
 

@@ -11,9 +11,10 @@ the number of segments is chosen at launch (`segments`).
 
 Registers: the minGRU / minLSTM kernels keep their steps' maps (a, b), 2 * steps * vec fp32 values, in registers
 from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value. The linear kernel reads its
-maps back from the staged inputs and needs LINEAR_REGISTERS (LINEAR_REGISTERS_16 at 16 steps). The launch bounds cap ptxas at
-regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that cap covers the need, and the
-cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without spills.
+maps back from the staged inputs and needs LINEAR_REGISTERS (LINEAR_REGISTERS_16 at 16 steps). The launch bounds
+cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that cap covers the
+need, and the cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without
+spills.
 
 Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves
 (one for resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its
@@ -72,10 +73,9 @@ CARRIES = ("whole", "resident", "chained")
 """How a lane's chunks map to blocks: one block walks the whole lane; resident segments (as many per lane as keep
 every block resident, each streamed twice); or chained segments of one chunk each (any number of waves, the chunk
 read once into shared memory). Chained segments only where even the narrowest tiles give fewer lanes than SMs: a
-chained block loads,
-then works, while a whole lane's block overlaps the two, and with enough lanes that wins (H200, linear_scan
-[8, 4096, 1536] bf16: the best chained block shape of a sweep 114 us, whole lanes 100 us; fp32 155 / 160 us),
-which the time model does not capture."""
+chained block loads, then works, while a whole lane's block overlaps the two, and with enough lanes that wins
+(H200, linear_scan [8, 4096, 1536] bf16: the best chained block shape of a sweep 114 us, whole lanes 100 us; fp32
+155 / 160 us), which the time model does not capture."""
 
 MIN_CHUNK = 16
 """Steps per chunk at least: shorter chunks spend more on their barriers and phase 2 than on their data."""
@@ -95,10 +95,16 @@ POW2_ROWS = tuple(v for v in POW2 if v <= 32)
 """Thread rows per block: phase 2 combines them one after another."""
 
 
+def linear_register_need(steps):
+    """The linear kernel's need: LINEAR_REGISTERS up to 8 steps, LINEAR_REGISTERS_16 at 16 (steps an int or a
+    model variable of STEP_CHOICES)."""
+    return LINEAR_REGISTERS + (LINEAR_REGISTERS_16 - LINEAR_REGISTERS) * (steps // 16)
+
+
 def register_need(cell: str, steps: int, vec: int) -> int:
     """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD)."""
     if cell == "linear":
-        return LINEAR_REGISTERS if steps <= 8 else LINEAR_REGISTERS_16
+        return linear_register_need(steps)
     return REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * max(MIN_MAP_FLOATS // 2, steps * vec)
 
 
@@ -250,6 +256,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(resident + chained <= 1, name="carry_modes_exclusive")
     m.add(m.any_of([chained == 1, stages >= 2]), name="stages_ahead_unless_chained")
     m.add(m.any_of([chained == 0, stages == 1]), name="chained_stages_one_chunk")
+    split = resident + chained  # lanes split into segments
     threads, tile, chunk = td * tt, td * vec, tt * steps
     smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile, 1) * stages + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
@@ -263,7 +270,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
     if problem.cell == "linear":
-        need = LINEAR_REGISTERS + (LINEAR_REGISTERS_16 - LINEAR_REGISTERS) * (steps // 16)
+        need = linear_register_need(steps)
     else:
         need = REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * steps * vec
         m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
@@ -285,7 +292,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     slots = occ * gpu.sm_count
     chunks = _ceil_count(m, T, chunk, T, "chunks")
     segments = m.int_var(1, T, "segments")  # per lane, as `ScanPlan.segments` chooses them at launch
-    m.add(segments <= 1 + (resident + chained) * T, name="one_segment_for_whole_lanes")
+    m.add(segments <= 1 + split * T, name="one_segment_for_whole_lanes")
     m.add(m.any_of([resident == 0, segments * lanes <= slots]), name="segments_resident")
     m.add(m.any_of([resident == 0, segments == chunks, (segments + 1) * lanes > slots]),
           name="segments_as_many_as_fit")
@@ -302,7 +309,6 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     reread = 0 if B * T * dim * inputs * esize <= gpu.l2_bytes // 2 else inputs * esize
     dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
     sm_per_elem = problem.traffic_elements * esize + resident * inputs * esize  # bytes through the SM
-    split = resident + chained
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
     in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
@@ -312,7 +318,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
         "wave_bandwidth": _ceil_div((seg_elems * dram_per_elem + split * WORD_BYTES * tile) * active, bw),
         "wave_sm_share": _ceil_div(seg_elems * sm_per_elem * per_sm * gpu.sm_count, bw),
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
-        "wave_work": seg_chunks * (1 + resident + chained) * CHUNK_NS,
+        "wave_work": seg_chunks * (1 + split) * CHUNK_NS,
         "wave_chained_block": chained * (LATENCY_NS + 2 * CHUNK_NS + ROUND_NS),
     }
     wave = m.int_var(1, 10**12, "wave_ns")
@@ -323,8 +329,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
-    m.add(time == waves * wave + resident * LOOKBACK_NS + rounds * ROUND_NS,
-          name="time_definition")
+    m.add(time == waves * wave + resident * LOOKBACK_NS + rounds * ROUND_NS, name="time_definition")
     return m
 
 

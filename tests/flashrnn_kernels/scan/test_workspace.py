@@ -10,12 +10,13 @@ from flashrnn_kernels.scan.function import EPOCH_LIMIT, StreamWorkspace
 def test_reuse_gives_a_new_epoch_and_keeps_the_buffers():
     ws = StreamWorkspace(torch.device("cpu"))
     maps, first = ws.take(100)
-    for words in maps:
-        words.fill_((first << 32) | 7)  # words the kernel published
+    maps[0].fill_((2 * first << 32) | 7)  # a map word and a final-state word the kernel published (tags 2e, 2e + 1)
+    maps[1].fill_(((2 * first + 1) << 32) | 7)
     maps_again, second = ws.take(80)
     assert all(x is y for x, y in zip(maps, maps_again)) and second == first + 1
     assert len(maps) == 2 and all(m.numel() >= 100 for m in maps)
-    assert all(((m >> 32) != second).all() for m in maps_again), "an old word must not read as this launch's"
+    tags = torch.cat(maps_again) >> 32
+    assert ((tags != 2 * second) & (tags != 2 * second + 1)).all(), "an old word must not read as this launch's"
 
 
 def test_growth_and_wrap_zero_the_words():
