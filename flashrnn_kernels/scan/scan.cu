@@ -564,17 +564,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             if (p >= 0) {
                 const long long w = word0 + (long long)p * SCAN_TILE + tx * SCAN_VEC;
                 word_t wa[SCAN_VEC], wb[SCAN_VEC];
-#pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) {  // issue the row's loads together
+                auto load = [&](int j) {
                     wb[j] = read_word(seg_b + w + j);
                     wa[j] = read_word(seg_a + w + j);
-                }
+                };
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) load(j);  // issue the row's loads together
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) {
-                    while (!published_map(wa[j], wb[j], map_tag, ra[j], rb[j])) {
-                        wb[j] = read_word(seg_b + w + j);
-                        wa[j] = read_word(seg_a + w + j);
-                    }
+                    while (!published_map(wa[j], wb[j], map_tag, ra[j], rb[j])) load(j);
                 }
             } else {  // before segment 0, which is always final: the identity
 #pragma unroll
