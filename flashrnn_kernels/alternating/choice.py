@@ -54,4 +54,4 @@ def choose(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu
     forward, backward = plans[0], plans[1] if training else None
     where = "on chip" if forward.global_k_tiles == 0 else "partly streamed from L2"
     return BackendChoice("fused", f"the fused kernel has a tiling on {forward.gpu} (R {where}, batch tile "
-                                  f"{forward.batch_tile}, cluster of {forward.cluster_blocks})", forward, backward)
+                                  f"{forward.batch_tile}, cluster of {forward.head_blocks})", forward, backward)

@@ -2,13 +2,14 @@
 //
 // Same grid and on-chip rule as the forward. Block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS) as
 // rows of R^T: per step its warps compute the recurrent gradient dh_rec[unit][batch] = sum_{g,o} R[g][o][unit]
-// dx_g[o][batch] from the full gate-gradient vector of the previous iteration (shared memory, exchanged through
-// distributed shared memory inside a cluster), then run the cell's backward step for their units in registers
+// dx_g[o][batch] from the full gate-gradient vector of the previous iteration (shared memory, exchanged as the
+// forward exchanges h), then run the cell's backward step for their units in registers
 // (the gradients of the non-h states stay in registers) and publish their slice of dx. The saved gate values
 // and states are staged by cp.async STAGES-1 steps ahead.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
 //   r_scratch: L2-resident home of the GLOBAL_K_TILES fragments, plan.scratch_bytes(B) bytes (null when 0)
+//   exchange_buf: zeroed, plan.exchange_bytes(B) bytes (null without GLOBAL_EXCHANGE)
 //   R [G, NH, DH, DH]   states [S, B, NH, DH]   h_out [B, T, NH, DH]   gates_save fp32 [B, T, G, NH, DH]
 //   states_save fp32 [S-1, B, T+1, NH, DH]   d_h [B, T, NH, DH] (gradient of h_out)
 //   d_last [S, B, NH, DH] (gradient of the last states)
@@ -38,7 +39,8 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                         const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
                         const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
                         const elem_t* __restrict__ d_last, elem_t* __restrict__ d_gates,
-                        elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch, int B, int T) {
+                        elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch,
+                       unsigned long long* __restrict__ exchange_buf, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
@@ -49,7 +51,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
     constexpr int F32_TILE = BATCH_TILE * STAGE_F32_ROWS * ROWS, ELEM_TILE = BATCH_TILE * ROWS;
-    const int head = blockIdx.x / CLUSTER_BLOCKS, rank = blockIdx.x % CLUSTER_BLOCKS;
+    const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
     const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
     const int u_block = rank * ROWS, u_warp = u_block + wm * 16, k_first = wk * K_TILES_PER_WARP * K_TILE;
@@ -109,8 +111,8 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
 #pragma unroll 1
     for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
     cp_async_wait_group<STAGES - 2>();
-    VectorExchange exchange;  // the gate gradients of iterations 0 .. T-1 between the blocks of a cluster
-    exchange.init(bars, G, ROWS, 0, T - 1);
+    StepExchange exchange;  // the gate gradients of iterations 0 .. T-1 between the blocks of a head
+    exchange.init(bars, exchange_buf, valid_b, G, DH, u_block, ROWS, 0, T - 1);
     cluster_barrier();
 
     // Iteration `it` processes step t = T-1-it with the recurrent gradient of dx_{t+1} (none at it = 0);
@@ -187,9 +189,9 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
         }
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
-#if CLUSTER_BLOCKS > 1
+#if HEAD_BLOCKS > 1
         exchange.push(Vn, it, G, DH, u_block, ROWS);
-        exchange.wait(it, T - 1);
+        exchange.wait(Vn, it, T - 1);
 #endif
     }
 }

@@ -11,13 +11,13 @@
 // Accumulator element e of tile (m, n) sits at row (lane/4 + 8*(e/2)), batch column (2*(lane%4) + e%2).
 //
 // Plan macros used (rendered by runtime/codegen.py): DTYPE_*, WARPS_M, WARPS_K, M_TILES, BATCH_TILE, K_TILE,
-// REG_K_TILES, GLOBAL_K_TILES, CLUSTER_BLOCKS, STAGES; the including kernel defines K_DIM and passes
+// REG_K_TILES, GLOBAL_K_TILES, HEAD_BLOCKS, GLOBAL_EXCHANGE, STAGES; the including kernel defines K_DIM and passes
 // RecurrentA::load a functor a_value(m_tile, row, k) reading its view of R.
 #pragma once
 
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
-    !defined(CLUSTER_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+    !defined(HEAD_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(GLOBAL_EXCHANGE) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
 #error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
 #endif
 
@@ -36,8 +36,11 @@ typedef unsigned int u32;
 #define K_TILES_PER_WARP (K_DIM / K_TILE / WARPS_K)
 #define SMEM_K_TILES (K_TILES_PER_WARP - REG_K_TILES - GLOBAL_K_TILES)
 #define VBUF(i) (VECTOR_BUFFERS == 2 ? (i) : 0)  // which step-vector buffer: two alternate, one is reused
-#if CLUSTER_BLOCKS > 1
-#define CLUSTER_ATTRIBUTE __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
+// The blocks of a head form a thread-block cluster (sm_90) unless they exchange the step vector through global
+// memory (GLOBAL_EXCHANGE: any GPU, all blocks co-resident by a cooperative launch).
+#define CLUSTERED (HEAD_BLOCKS > 1 && !GLOBAL_EXCHANGE)
+#if CLUSTERED
+#define CLUSTER_ATTRIBUTE __cluster_dims__(HEAD_BLOCKS, 1, 1)
 #else
 #define CLUSTER_ATTRIBUTE
 #endif
@@ -52,7 +55,7 @@ static_assert(K_TILE == 16, "bf16/fp16 use m16n8k16 tiles: K_TILE must be 16");
 static_assert(K_DIM % (K_TILE * WARPS_K) == 0, "K must split evenly into k-tiles over WARPS_K warps");
 static_assert(REG_K_TILES >= 0 && GLOBAL_K_TILES >= 0 && SMEM_K_TILES >= 0, "k-tile split out of range");
 static_assert(BATCH_TILE % 8 == 0, "BATCH_TILE must be a multiple of the mma n=8");
-static_assert(HEAD_DIM == CLUSTER_BLOCKS * ROWS_PER_BLOCK, "rows must split evenly over the cluster");
+static_assert(HEAD_DIM == HEAD_BLOCKS * ROWS_PER_BLOCK, "rows must split evenly over the blocks of a head");
 static_assert(THREADS == PLAN_THREADS, "thread count differs from the plan");
 static_assert(STAGES >= 2, "per-step inputs are staged at least one step ahead");
 static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
@@ -291,8 +294,10 @@ __device__ __forceinline__ void stage_rows(void* dst, const void* src, long long
 
 // ---- block / cluster synchronisation and the exchange of a block's slice of the recurrent vector ----
 
+// The barrier of the blocks that read each other's shared memory: the cluster's, else the block's.
+
 __device__ __forceinline__ void cluster_barrier() {
-#if CLUSTER_BLOCKS > 1
+#if CLUSTERED
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #else
     __syncthreads();
@@ -300,7 +305,7 @@ __device__ __forceinline__ void cluster_barrier() {
 }
 
 __device__ __forceinline__ int cluster_rank() {
-#if CLUSTER_BLOCKS > 1
+#if CLUSTERED
     u32 r;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return (int)r;
@@ -317,18 +322,19 @@ __device__ __forceinline__ int cluster_rank() {
 // Buffer reuse is safe without a barrier: a block pushes fill f + VECTOR_BUFFERS into a peer only after it has
 // received fill f + VECTOR_BUFFERS - 1 from that peer, which the peer sent after reading fill f (with one buffer,
 // the kernels keep a cluster barrier between the read and the write).
-struct VectorExchange {
+struct ClusterExchange {
     u32 bars;    // shared address of VECTOR_BUFFERS mbarriers, 8 bytes apart
     u32 parity;  // bit i: the phase parity of buffer i's next completion
     u32 bytes;   // bytes one fill brings from the peers
 
     // Set up the mbarriers (thread 0) and expect fills first .. first + VECTOR_BUFFERS - 1 up to `last`; every
     // thread calls it. The caller's next cluster barrier publishes them to the peers before any push.
-    __device__ __forceinline__ void init(unsigned long long* smem_bars, int j_count, int cols, int first, int last) {
+    __device__ __forceinline__ void init(unsigned long long* smem_bars, unsigned long long*, int, int j_count, int,
+                                         int, int cols, int first, int last) {
         bars = smem_addr(smem_bars);
         parity = 0;
-        bytes = (u32)((CLUSTER_BLOCKS - 1) * BATCH_TILE * j_count * cols * (int)sizeof(elem_t));
-#if CLUSTER_BLOCKS > 1
+        bytes = (u32)((HEAD_BLOCKS - 1) * BATCH_TILE * j_count * cols * (int)sizeof(elem_t));
+#if CLUSTERED
         if (threadIdx.x == 0) {
 #pragma unroll
             for (int i = 0; i < VECTOR_BUFFERS; ++i)
@@ -343,7 +349,7 @@ struct VectorExchange {
     }
 
     __device__ __forceinline__ void expect(int fill) const {
-#if CLUSTER_BLOCKS > 1
+#if CLUSTERED
         if (threadIdx.x == 0)
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bars + 8 * VBUF(fill & 1)),
                          "r"(bytes)
@@ -355,12 +361,12 @@ struct VectorExchange {
     // the slice's writes.
     __device__ __forceinline__ void push(const elem_t* V, int fill, int j_count, int j_stride, int col0,
                                          int cols) const {
-#if CLUSTER_BLOCKS > 1
+#if CLUSTERED
         const int rank = cluster_rank();
         const int chunks = cols * (int)sizeof(elem_t) / 16, per_b = j_count * chunks;
         const int total = BATCH_TILE * per_b;
         const u32 bar = bars + 8 * VBUF(fill & 1);
-        for (int i = threadIdx.x; i < total * (CLUSTER_BLOCKS - 1); i += THREADS) {
+        for (int i = threadIdx.x; i < total * (HEAD_BLOCKS - 1); i += THREADS) {
             const int r = i / total, rest = i - r * total;
             const int target = r < rank ? r : r + 1;
             const int b = rest / per_b, jc = rest - b * per_b, j = jc / chunks, c = jc - j * chunks;
@@ -377,8 +383,8 @@ struct VectorExchange {
     }
 
     // Wait until every peer's slice of `fill` has landed, then expect the next fill of the same buffer.
-    __device__ __forceinline__ void wait(int fill, int last) {
-#if CLUSTER_BLOCKS > 1
+    __device__ __forceinline__ void wait(elem_t*, int fill, int last) {
+#if CLUSTERED
         const int buf = VBUF(fill & 1);
         const u32 bar = bars + 8 * buf, phase = (parity >> buf) & 1;
         u32 done = 0;
@@ -394,6 +400,97 @@ struct VectorExchange {
 #endif
     }
 };
+
+#if GLOBAL_EXCHANGE
+// The exchange of the step vector through global memory, for blocks that share no cluster. Every (batch tile,
+// head) owns two slots of BATCH_TILE x ROW_WORDS 64-bit words; fill f lives in slot f % 2. A word carries 4 bytes
+// of the vector (two bf16/fp16 elements or one fp32) in its low half and the tag f + 1 in its high half, so a
+// reader polls the data itself: one L2 round trip per step, no flag and no fence (an aligned 64-bit access is
+// single-copy atomic). The buffer is zeroed before the launch (tag 0: no fill yet).
+// Slot reuse is safe without a barrier: a block writes fill f + 2 only after it has read every block's slice of
+// fill f + 1, which each block wrote after it had read fill f (its loads returned before its block barrier).
+#define PAYLOAD_ELEMS (4 / (int)sizeof(elem_t))
+#define ROW_WORDS (K_DIM / PAYLOAD_ELEMS)
+#define EXCHANGE_LOADS 8  // 16-byte loads (two words) per thread in flight while polling
+static_assert(ROW_WORDS % 2 == 0, "word pairs do not straddle batch rows");
+
+__device__ __forceinline__ void store_word_relaxed(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ ulonglong2 load_words_relaxed(const unsigned long long* p) {
+    ulonglong2 v;
+    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+struct GlobalExchange {
+    unsigned long long* slots;  // this (batch tile, head)'s two slots
+    int valid_b, j_stride, col0, cols;
+
+    __device__ __forceinline__ void init(unsigned long long*, unsigned long long* buffer, int valid_b_, int,
+                                         int j_stride_, int col0_, int cols_, int, int) {
+        const int head = blockIdx.x / HEAD_BLOCKS;
+        slots = buffer + ((size_t)blockIdx.y * NUM_HEADS + head) * 2 * BATCH_TILE * ROW_WORDS;
+        valid_b = valid_b_;
+        j_stride = j_stride_;
+        col0 = col0_;
+        cols = cols_;
+    }
+
+    // This block's columns: [col0, col0 + cols) of every group of j_stride columns (of the row when j_stride is 0).
+    __device__ __forceinline__ bool own(int k) const {
+        const int c = (j_stride > 0 ? k % j_stride : k) - col0;
+        return c >= 0 && c < cols;
+    }
+
+    // Publish this block's slice of `fill` (V: its buffer). Call after a block barrier that follows the writes.
+    __device__ __forceinline__ void push(const elem_t* V, int fill, int j_count, int, int, int) const {
+        unsigned long long* dst = slots + (fill & 1) * BATCH_TILE * ROW_WORDS;
+        const unsigned long long tag = (unsigned long long)(fill + 1) << 32;
+        const int per_j = cols / PAYLOAD_ELEMS, per_b = j_count * per_j;
+        for (int i = threadIdx.x; i < valid_b * per_b; i += THREADS) {
+            const int b = i / per_b, rest = i - b * per_b, j = rest / per_j, c = rest - j * per_j;
+            const int k = j * j_stride + col0 + c * PAYLOAD_ELEMS;
+            const u32 payload = *reinterpret_cast<const u32*>(V + b * V_STRIDE + k);
+            store_word_relaxed(dst + b * ROW_WORDS + k / PAYLOAD_ELEMS, tag | payload);
+        }
+    }
+
+    // Copy the other blocks' slices of `fill` into V (this block's buffer of the fill) as their words arrive;
+    // batch rows past valid_b become zero. Ends with a block barrier.
+    __device__ __forceinline__ void wait(elem_t* V, int fill, int) const {
+        const unsigned long long* src = slots + (fill & 1) * BATCH_TILE * ROW_WORDS;
+        const u32 tag = (u32)fill + 1;
+        constexpr int PAIRS = BATCH_TILE * ROW_WORDS / 2;
+#pragma unroll 1
+        for (int p0 = 0; p0 < PAIRS; p0 += EXCHANGE_LOADS * THREADS) {
+            ulonglong2 w[EXCHANGE_LOADS];
+#pragma unroll
+            for (int r = 0; r < EXCHANGE_LOADS; ++r) {
+                const int p = p0 + r * THREADS + (int)threadIdx.x, b = 2 * p / ROW_WORDS;
+                const bool wanted = p < PAIRS && b < valid_b && !own((2 * p - b * ROW_WORDS) * PAYLOAD_ELEMS);
+                w[r] = wanted ? load_words_relaxed(src + 2 * p) : make_ulonglong2(0, 0);
+            }
+#pragma unroll
+            for (int r = 0; r < EXCHANGE_LOADS; ++r) {
+                const int p = p0 + r * THREADS + (int)threadIdx.x, b = 2 * p / ROW_WORDS;
+                const int k = (2 * p - b * ROW_WORDS) * PAYLOAD_ELEMS;
+                if (p >= PAIRS || own(k)) continue;
+                if (b < valid_b)
+                    while ((u32)(w[r].x >> 32) != tag || (u32)(w[r].y >> 32) != tag) w[r] = load_words_relaxed(src + 2 * p);
+                u32* dst = reinterpret_cast<u32*>(V + b * V_STRIDE + k);
+                dst[0] = (u32)w[r].x;
+                dst[1] = (u32)w[r].y;
+            }
+        }
+        __syncthreads();
+    }
+};
+typedef GlobalExchange StepExchange;
+#else
+typedef ClusterExchange StepExchange;
+#endif
 
 // Write rows [0, cols) of a batch-major shared tile (row stride src_stride elements) to global memory at
 // dst + b*dst_stride_b + j*dst_stride_j (elements), skipping batches >= valid_b.

@@ -1,15 +1,17 @@
 // Persistent fused recurrent forward: one launch runs all T steps.
 //
-// Grid: x = head * CLUSTER_BLOCKS + rank, y = batch tile. The blocks of one cluster share a (head, batch tile);
+// Grid: x = head * HEAD_BLOCKS + rank, y = batch tile. The HEAD_BLOCKS blocks of a (head, batch tile) share it;
 // block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS_PER_BLOCK) with all GATES gates of each, so its
 // warps' accumulators hold every gate of the same (unit, batch) elements and the cell step runs in registers.
 // R stays on chip for the whole sequence; the non-h states stay in registers; h_t is exchanged through shared
-// memory (double buffered: one barrier per step; inside a cluster each block pushes its slice to the others with
-// st.async and waits on its own mbarrier, engine.cuh's VectorExchange). Wx of step t+1 is
-// staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory from registers.
+// memory (double buffered: one barrier per step). Between the blocks of a head it travels either inside a cluster
+// (each block pushes its slice to the others with st.async and waits on its own mbarrier) or, with
+// GLOBAL_EXCHANGE, through tagged words in global memory (engine.cuh's ClusterExchange / GlobalExchange).
+// Wx of step t+1 is staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory from registers.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
 //   r_scratch: L2-resident home of the GLOBAL_K_TILES fragments, plan.scratch_bytes(B) bytes (null when 0)
+//   exchange_buf: zeroed, plan.exchange_bytes(B) bytes (null without GLOBAL_EXCHANGE)
 //   Wx [B, T, G, NH, DH]   R [G, NH, DH, DH] (gate, head, out, in)   bias [G, NH, DH]   states [S, B, NH, DH]
 //   h_out [B, T, NH, DH]   last_states [S, B, NH, DH]
 //   gates_save fp32 [B, T, G, NH, DH] and states_save fp32 [S-1, B, T+1, NH, DH] (index 0: initial states):
@@ -34,7 +36,8 @@ extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_P
 flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
                        const elem_t* __restrict__ states, elem_t* __restrict__ h_out,
                        elem_t* __restrict__ last_states, float* __restrict__ gates_save,
-                       float* __restrict__ states_save, uint4* __restrict__ r_scratch, int B, int T) {
+                       float* __restrict__ states_save, uint4* __restrict__ r_scratch,
+                       unsigned long long* __restrict__ exchange_buf, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
@@ -43,7 +46,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SM_BARS);
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
-    const int head = blockIdx.x / CLUSTER_BLOCKS, rank = blockIdx.x % CLUSTER_BLOCKS;
+    const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
     const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
     const int o_block = rank * ROWS, o_warp = o_block + wm * 16, k_first = wk * K_TILES_PER_WARP * K_TILE;
@@ -96,8 +99,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 #pragma unroll 1
     for (int t = 0; t < STAGES - 1; ++t) stage_wx(t);
     cp_async_wait_group<STAGES - 2>();
-    VectorExchange exchange;  // h_1 .. h_T between the blocks of a cluster
-    exchange.init(bars, 1, ROWS, 1, T);
+    StepExchange exchange;  // h_1 .. h_T between the blocks of a head
+    exchange.init(bars, exchange_buf, valid_b, 1, 0, o_block, ROWS, 1, T);
     cluster_barrier();
 
     const size_t h_stride_b = (size_t)T * unit_stride;
@@ -152,9 +155,9 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         }
         cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
         __syncthreads();
-#if CLUSTER_BLOCKS > 1
+#if HEAD_BLOCKS > 1
         exchange.push(Vn, t + 1, 1, 0, o_block, ROWS);
-        exchange.wait(t + 1, T);
+        exchange.wait(Vn, t + 1, T);
 #endif
     }
 

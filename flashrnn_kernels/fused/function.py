@@ -31,6 +31,10 @@ from .problem import HEAD_DIMS
 POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
 """Fill outputs with NaN before each launch (tests use it to prove that every element is written)."""
 
+EXCHANGE = os.environ.get("FLASHRNN_EXCHANGE") or None
+""""cluster" or "global": how the blocks of a split head exchange the step vector, instead of the planner's choice
+(tests and benchmarks run both)."""
+
 _NON_PORTABLE_CLUSTER_ATTRIBUTE = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _MAX_GRID_Y = 65535
 
@@ -59,6 +63,7 @@ class _Launch:
     block: tuple[int, int, int]
     smem_bytes: int
     scratch_bytes: int
+    exchange_bytes: int  # > 0: the blocks of a head exchange through global memory, launched cooperatively
 
 
 def _allow_nonportable_cluster(kernel: Any) -> None:
@@ -78,14 +83,16 @@ def _allow_nonportable_cluster(kernel: Any) -> None:
 
 def _launch_for(cell: str, h: Tensor, direction: str) -> _Launch:
     B, _, NH, DH = h.shape
-    return _cached_launch(cell, B, NH, DH, h.dtype, h.device.index, direction)
+    return _cached_launch(cell, B, NH, DH, h.dtype, h.device.index, direction, EXCHANGE)
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_launch(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, index: int, direction: str) -> _Launch:
+def _cached_launch(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, index: int, direction: str,
+                   exchange: str | None) -> _Launch:
     """plan() and the compiled kernel keyed by plain values: no problem or GPU model is hashed per call."""
-    found = plan(cell, B, NH, DH, dtype, gpu=_device_gpu(index), direction=direction)
-    return _Launch(_kernel(found), found.grid(B), found.block, found.smem_bytes, found.scratch_bytes(B))
+    found = plan(cell, B, NH, DH, dtype, gpu=_device_gpu(index), direction=direction, exchange=exchange)
+    return _Launch(_kernel(found), found.grid(B), found.block, found.smem_bytes, found.scratch_bytes(B),
+                   found.exchange_bytes(B))
 
 
 def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -98,6 +105,17 @@ def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = Non
 def _scratch(config: _Launch, like: Tensor) -> Tensor | None:
     size = config.scratch_bytes
     return torch.empty(size, device=like.device, dtype=torch.uint8) if size else None
+
+
+def _exchange(config: _Launch, like: Tensor) -> Tensor | None:
+    """The global exchange's buffer, zeroed (tag 0: no fill written yet)."""
+    size = config.exchange_bytes
+    return torch.zeros(size, device=like.device, dtype=torch.uint8) if size else None
+
+
+def _run(config: _Launch, args: tuple, like: Tensor) -> None:
+    launch(config.kernel, config.grid, config.block, args, shared_mem=config.smem_bytes, device=like.device,
+           cooperative=config.exchange_bytes > 0)
 
 
 def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:
@@ -120,9 +138,8 @@ def fused_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
     last = _empty((S, B, NH, DH), Wx)
     gates_save = _empty((B, T, G, NH, DH), Wx, torch.float32) if training else None
     states_save = _empty((S - 1, B, T + 1, NH, DH), Wx, torch.float32) if training and S > 1 else None
-    launch(config.kernel, config.grid, config.block,
-           (Wx, R, b, states, h, last, gates_save, states_save, _scratch(config, Wx), B, T),
-           shared_mem=config.smem_bytes, device=Wx.device)
+    _run(config, (Wx, R, b, states, h, last, gates_save, states_save, _scratch(config, Wx), _exchange(config, Wx),
+                  B, T), Wx)
     return h, last, gates_save, states_save
 
 
@@ -136,9 +153,8 @@ def fused_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, sta
     config = _launch_for(cell, h, "backward")
     d_wx = _empty((B, T, G, NH, DH), h)
     d_states = _empty((S, B, NH, DH), h)
-    launch(config.kernel, config.grid, config.block,
-           (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h), B, T),
-           shared_mem=config.smem_bytes, device=h.device)
+    _run(config, (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h),
+                  _exchange(config, h), B, T), h)
     h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
     d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
     d_b = d_wx.sum(dim=(0, 1), dtype=torch.float32).to(h.dtype)

@@ -19,7 +19,7 @@ from constrint import Infeasible, Model, Solution
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-6"
+VERSION = "fused-7"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
 _MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes()).hexdigest()
@@ -46,7 +46,8 @@ class KernelPlan:
     gates: int  # (kernel)
     states: int  # (kernel)
     batch_tile: int  # (kernel) batch columns per block, multiple of 8
-    cluster_blocks: int  # (kernel) blocks sharing one head (a thread-block cluster when > 1)
+    head_blocks: int  # (kernel) blocks sharing one head (a thread-block cluster when > 1, unless global_exchange)
+    global_exchange: bool  # (kernel) the head's blocks exchange the step vector through global memory (cooperative)
     warps_m: int  # (kernel) 16-row groups per block
     warps_k: int  # (kernel) warps splitting K
     k_tile: int  # (kernel) 16 (bf16/fp16 m16n8k16) or 8 (fp32 via tf32 m16n8k8)
@@ -103,31 +104,38 @@ class KernelPlan:
 
     def scratch_bytes(self, batch: int) -> int:
         """Global scratch for the L2-streamed fragments of every block (0 when all of R is on chip)."""
-        blocks = self.num_heads * self.cluster_blocks * self.batch_tiles(batch)
+        blocks = self.num_heads * self.head_blocks * self.batch_tiles(batch)
         fragment = 32 * 4 * tiling.fragment_registers(self.problem)
         return blocks * self.warps_m * self.warps_k * self.global_k_tiles * self.m_tiles * fragment
+
+    def exchange_bytes(self, batch: int) -> int:
+        """The global exchange's zeroed buffer: two fills of tagged words per (batch tile, head); 0 without it."""
+        if not self.global_exchange:
+            return 0
+        return self.batch_tiles(batch) * self.num_heads * 2 * tiling.exchange_bytes(self.problem, self.batch_tile // 8)
 
     def batch_tiles(self, batch: int) -> int:
         return -(-batch // self.batch_tile)
 
     def grid(self, batch: int) -> tuple[int, int, int]:
         """Blocks for a batch of `batch` sequences: x = head x cluster rank, y = batch tile."""
-        return (self.num_heads * self.cluster_blocks, self.batch_tiles(batch), 1)
+        return (self.num_heads * self.head_blocks, self.batch_tiles(batch), 1)
 
 
 
 def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: Any = None,
-         direction: str = "forward") -> KernelPlan:
+         direction: str = "forward", exchange: str | None = None) -> KernelPlan:
     """The cheapest feasible tiling of the fused kernel for this problem on `gpu` (a GPUModel, a name, or None
-    for the current device). Raises PlanError naming the limits that no tiling meets."""
+    for the current device). `exchange` ("cluster" or "global") fixes how the blocks of a split head exchange the
+    step vector; None lets the cost model choose. Raises PlanError naming the limits that no tiling meets."""
     model = _gpu_model(gpu)
     problem = FusedProblem(cell, batch, num_heads, head_dim, dtype_name(dtype), direction)
-    key = _key(problem, model)
+    key = _key(problem, model, exchange)
     found = _memory.get(key)
     if found is None:
         found = _load(key)
         if found is None:
-            found = _solve(problem, model)
+            found = _solve(problem, model, exchange)
             _store(key, found)
         _memory[key] = found
     return found
@@ -145,8 +153,9 @@ def _gpu_model(gpu: Any) -> Any:
     return gpu
 
 
-def _key(problem: FusedProblem, gpu: Any) -> str:
-    text = json.dumps([VERSION, _MODEL_DIGEST, dataclasses.astuple(problem), gpu.name, repr(gpu)], default=str)
+def _key(problem: FusedProblem, gpu: Any, exchange: str | None) -> str:
+    text = json.dumps([VERSION, _MODEL_DIGEST, dataclasses.astuple(problem), gpu.name, repr(gpu), exchange],
+                      default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -158,11 +167,11 @@ def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
                         f"{gpu.name} is {gpu.arch}; use backend='reference' there")
 
 
-def _solve(problem: FusedProblem, gpu: Any) -> KernelPlan:
+def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> KernelPlan:
     _check_architecture(problem, gpu)
-    sol = _minimize(*tiling.build(problem, gpu))
+    sol = _minimize(*tiling.build(problem, gpu, exchange=exchange))
     if sol is None:  # R does not fit on chip: stream part of it from L2 each step
-        model, objective = tiling.build(problem, gpu, stream_from_l2=True)
+        model, objective = tiling.build(problem, gpu, stream_from_l2=True, exchange=exchange)
         sol = _minimize(model, objective)
         if sol is None:
             try:
@@ -172,10 +181,11 @@ def _solve(problem: FusedProblem, gpu: Any) -> KernelPlan:
     return KernelPlan(
         cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
         num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
-        batch_tile=8 * sol["n_tiles"], cluster_blocks=sol["cluster_blocks"], warps_m=sol["warps_m"],
+        batch_tile=8 * sol["n_tiles"], head_blocks=sol["head_blocks"],
+        global_exchange=bool(sol["global_exchange"]), warps_m=sol["warps_m"],
         warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem),
         reg_k_tiles=sol["reg_k_tiles"], global_k_tiles=sol["global_k_tiles"], blocks_per_sm=sol["blocks_per_sm"], vector_buffers=sol["vector_buffers"], stages=sol["stages"],
-        nonportable_cluster=sol["cluster_blocks"] > gpu.cluster_max_portable,
+        nonportable_cluster=bool(sol["clustered"]) and sol["head_blocks"] > gpu.cluster_max_portable,
         register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
         predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"]),
         fast_activations=problem.dtype != "fp32", objective=sol.objective,
@@ -200,15 +210,8 @@ def _register_budget(gpu: Any, threads: int, blocks_per_sm: int) -> int:
 
 def _explain(problem: FusedProblem, gpu: Any, exc: Infeasible) -> str:
     reasons = "; ".join(str(c) for c in exc.core)
-    blocks = gpu.cluster_max_nonportable
-    max_rows = blocks * (gpu.max_threads_per_block // gpu.warp_size) * 16
-    if problem.head_dim > max_rows:
-        advice = (f"{gpu.name} splits a head over at most {blocks} block(s) of "
-                  f"{gpu.max_threads_per_block // gpu.warp_size} warps of 16 rows, so head_dim <= {max_rows}; use "
-                  f"more heads of a smaller head_dim, or a GPU with thread-block clusters (sm_90)")
-    else:
-        advice = (f"one head's R takes {problem.recurrent_bytes // 1024} KiB in {problem.dtype}; use bf16/fp16, "
-                  f"a smaller head_dim or a smaller batch")
+    advice = (f"one head's R takes {problem.recurrent_bytes // 1024} KiB in {problem.dtype}; use bf16/fp16, a smaller "
+              f"head_dim or a smaller batch, or backend='alternating' (R from memory, one GEMM per step)")
     return f"no fused-kernel tiling of {problem} fits {gpu.name}: {reasons}. {advice}"
 
 

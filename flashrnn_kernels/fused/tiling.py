@@ -4,7 +4,10 @@ Footprint functions take plain ints or constrint expressions alike, so the solve
 KernelPlan's derived sizes come from the same formulas (the kernels re-check them with static_assert).
 
 Decision variables (per block of the cluster that owns one head and one batch tile):
-  cluster_blocks  blocks sharing a head (a thread-block cluster when > 1; power of two)
+  head_blocks     blocks sharing a head: a thread-block cluster (a power of two up to the GPU's cluster limit), or
+                  any divisor of head_dim / 16 exchanging the step vector through global memory (global_exchange)
+  global_exchange 1: the blocks of a head exchange the step vector as tagged words in global memory (L2), all
+                  co-resident (one wave, cooperative launch); on GPUs without clusters the only way to split a head
   warps_m         16-row groups of the block's rows (forward: hidden units with all gates; backward: rows of R^T)
   warps_k         warps splitting the reduction dimension K (partial sums reduced through shared memory)
   n_tiles         batch tile / 8 (mma n dimension)
@@ -17,8 +20,8 @@ Decision variables (per block of the cluster that owns one head and one batch ti
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
 k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; the cluster's exchange of the
-step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us), and the step's HBM
-traffic. The synchronisation costs come from H200 measurements and are coarse: the 1x768 forward's exchange, with
+step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: an L2
+round trip plus reading the whole tagged vector), and the step's HBM traffic. The synchronisation costs come from H200 measurements and are coarse: the 1x768 forward's exchange, with
 the skew between the 16 blocks it absorbs, measured 0.7-1.0 us per step.
 """
 from __future__ import annotations
@@ -41,6 +44,8 @@ L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
 CLUSTER_EXCHANGE = 980  # cycles: the cluster's exchange of the step vector (st.async + mbarrier wait)
 CLUSTER_BARRIER_IN_STEP = 900  # cycles: a second cluster barrier per step waits for the slowest block (~0.45 us)
+GLOBAL_EXCHANGE = 1100  # cycles: a tagged word's trip through L2 from the writing block to the polling ones
+EXCHANGE_REGISTERS = 32  # the global exchange's polled words in flight (8 loads of 16 bytes)
 STAGE_LATENCY = 600  # cycles of HBM latency left exposed per missing stage of the 4-deep input pipeline
 POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
 POINTWISE_FIXED = 24
@@ -110,17 +115,34 @@ def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
     return regs
 
 
-def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Model, Any]:
+EXCHANGES = ("cluster", "global")
+
+
+def exchange_bytes(p: FusedProblem, n_tiles: Any) -> Any:
+    """Bytes of one fill of the global exchange's tagged words for a batch tile (4 payload bytes per 8-byte word)."""
+    return 8 * n_tiles * k_dim(p) * p.elem_bytes * 2
+
+
+def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
+          exchange: str | None = None) -> tuple[Model, Any]:
     """The constraint model of `p` on `gpu` and its objective (per-step cycles of the whole grid).
 
     `stream_from_l2` admits k-tiles streamed from L2 each step (global_k_tiles > 0): the planner asks for it only
-    when no tiling keeps all of R on chip, which also keeps the search small for every other problem."""
+    when no tiling keeps all of R on chip, which also keeps the search small for every other problem.
+    `exchange` ("cluster" or "global") restricts how the blocks of a split head exchange the step vector; None
+    leaves it to the objective. "cluster" includes the unsplit head (one block per head)."""
     m = Model()
     mt, kt_total = m_tiles(p), k_dim(p) // k_tile(p)
     max_warps = gpu.max_threads_per_block // gpu.warp_size
     cluster_limit = gpu.cluster_max_nonportable
-    cb = m.int_var(values=[c for c in (1, 2, 4, 8, 16) if c <= cluster_limit], name="cluster_blocks")
-    clustered = m.int_var(0, 1 if cluster_limit > 1 else 0, "clustered")
+    if exchange not in (None, *EXCHANGES):
+        raise ValueError(f"exchange must be one of {EXCHANGES} or None, not {exchange!r}")
+    cluster_sizes = [c for c in (1, 2, 4, 8, 16) if c <= cluster_limit]
+    units = p.head_dim // 16
+    splits = [d for d in range(2, min(units, gpu.sm_count) + 1) if units % d == 0]
+    cb = m.int_var(values=sorted(set(cluster_sizes) | set(splits)), name="head_blocks")
+    clustered = m.int_var(0, 1 if cluster_limit > 1 and exchange != "global" else 0, "clustered")
+    glob = m.int_var(1 if exchange == "global" else 0, 0 if exchange == "cluster" else 1, "global_exchange")
     wm = m.int_var(1, max_warps, "warps_m")
     wk = m.int_var(values=[w for w in (1, 2, 4, 8, 16) if w <= max_warps], name="warps_k")
     kt_w = m.int_var(1, kt_total, "k_tiles_per_warp")
@@ -135,10 +157,10 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
     vb = m.int_var(values=[1, 2], name="vector_buffers")
     stages = m.int_var(2, 4, "stages")
     max_tiles = -(-p.batch // 8)
-    waves = m.int_var(1, -(-p.num_heads * cluster_limit * max_tiles // gpu.sm_count), "waves")
+    waves = m.int_var(1, -(-p.num_heads * max(cluster_sizes + splits) * max_tiles // gpu.sm_count), "waves")
 
     m.add(cb * wm * 16 == p.head_dim,
-          name=f"head_dim {p.head_dim} = cluster_blocks x warps_m x 16 rows (each block owns whole 16-row tiles)")
+          name=f"head_dim {p.head_dim} = head_blocks x warps_m x 16 rows (each block owns whole 16-row tiles)")
     m.add(kt_w * wk == kt_total, name=f"the {kt_total} k-tiles of K={k_dim(p)} split evenly over warps_k warps")
     m.add(reg_kt + glob_kt <= kt_w, name="register and L2-streamed k-tiles <= k-tiles per warp")
     warps = wm * wk
@@ -148,7 +170,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
     regs = predicted_registers(p, nt, reg_kt)
     stream_regs = STREAM_REGISTERS * nt if stream_from_l2 else 0
     margin = REGISTER_MARGIN_SM100 if gpu.compute_capability >= (10, 0) else REGISTER_MARGIN
-    m.add(regs + margin + stream_regs <= budget,
+    m.add(regs + margin + stream_regs + EXCHANGE_REGISTERS * glob <= budget,
           name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
@@ -165,8 +187,13 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
 
-    m.add(cb <= 1 + 15 * clustered, name="clustered when cluster_blocks > 1")
-    m.add(clustered + 1 <= cb, name="not clustered when cluster_blocks == 1")
+    m.add(cb <= 1 + units * (clustered + glob), name="a split head is a cluster or exchanges through global memory")
+    m.add(clustered + glob + 1 <= cb, name="neither a cluster nor a global exchange for an unsplit head")
+    m.add(clustered + glob <= 1, name="one way of exchanging the step vector")
+    m.add(m.any_of([glob == 1] + [cb == c for c in cluster_sizes]),
+          name=f"a cluster has {'/'.join(map(str, cluster_sizes))} blocks on {gpu.name}")
+    m.add(glob * p.num_heads * cb * tiles <= gpu.sm_count * per_sm,
+          name=f"a global exchange needs every block resident at once (<= {gpu.sm_count} SMs x blocks per SM)")
     link = m.int_var(MMA_LATENCY, 1 << 16, "mma_link_cycles")
     m.add(link >= warp_groups * mt * nt * MMA_ISSUE[p.dtype], name="mma issue per k-tile and sub-partition")
     e = p.elem_bytes
@@ -184,7 +211,8 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False) -> tuple[Mode
         + (4 - stages) * STAGE_LATENCY
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
-        step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP + (cb - 1) * nt * wm * e
+        step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
+    step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + nt * (exchange_bytes(p, 1) // L2_BYTES_PER_CYCLE))
     bytes_per_cycle = gpu.memory_bandwidth // (gpu.boost_clock_mhz * 1_000_000)
     traffic = p.num_heads * tiles * 8 * nt * p.head_dim * (p.gates + 1) * e // bytes_per_cycle
     return m, waves * step + traffic

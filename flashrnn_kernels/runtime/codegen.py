@@ -14,8 +14,8 @@ from ..cells import CellSpec, get_cell
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "fused"
 
 INT_FIELDS: tuple[str, ...] = (
-    "num_heads", "head_dim", "gates", "states", "batch_tile", "cluster_blocks", "warps_m", "warps_k", "k_tile",
-    "m_tiles", "reg_k_tiles", "global_k_tiles", "blocks_per_sm", "vector_buffers", "stages",
+    "num_heads", "head_dim", "gates", "states", "batch_tile", "head_blocks", "global_exchange", "warps_m", "warps_k",
+    "k_tile", "m_tiles", "reg_k_tiles", "global_k_tiles", "blocks_per_sm", "vector_buffers", "stages",
 )
 """Integer plan fields rendered as `#define NAME value` (upper-case field name)."""
 

@@ -178,9 +178,12 @@ def _cupy_stream(stream: torch.cuda.Stream) -> Any:
 
 
 def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0,
-           device: torch.device | None = None, stream: torch.cuda.Stream | int | None = None) -> None:
+           device: torch.device | None = None, stream: torch.cuda.Stream | int | None = None,
+           cooperative: bool = False) -> None:
     """Launch `kernel` (a `cupy.RawKernel`) on `stream`: a `torch.cuda.Stream`, a raw stream handle of `device`, or
-    None for torch's current stream of `device` (`device` itself defaulting to the current device).
+    None for torch's current stream of `device` (`device` itself defaulting to the current device). `cooperative`
+    launches it with cuLaunchCooperativeKernel, which runs every block at once or fails (blocks that wait on each
+    other need that guarantee); a grid too large for the GPU then raises a RuntimeError that says so.
 
     When the stream's device is CuPy's current device, the launch goes straight to the driver with this thread's
     prepared parameter block (see the module docstring), or, for arguments it does not cover, through the kernel's
@@ -195,6 +198,17 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
         index, handle = _device_index(device), stream
     else:
         index, handle = stream.device_index, stream.cuda_stream
+    if cooperative:
+        try:
+            with cupy.cuda.Device(index):
+                kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle),
+                              enable_cooperative_groups=True)
+        except (ValueError, cupy.cuda.driver.CUDADriverError) as exc:  # CuPy's grid check, or the driver's
+            if isinstance(exc, cupy.cuda.driver.CUDADriverError) and "COOPERATIVE_LAUNCH_TOO_LARGE" not in str(exc):
+                raise
+            raise RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more "
+                               f"than this GPU holds (fewer SMs than its model, MIG, or other work?): {exc}") from exc
+        return
     if cupy.cuda.runtime.getDevice() != index:
         with cupy.cuda.Device(index), _external_stream(index, handle):
             kernel(tuple(grid), tuple(block), as_args(args), shared_mem=shared_mem)

@@ -22,8 +22,9 @@ def recorded(monkeypatch):
         compiled.append(name)
         return ("kernel", name, dynamic_smem)
 
-    def fake_launch(kernel, grid, block, args, shared_mem=0, device=None):
-        launches.append({"kernel": kernel, "grid": grid, "block": block, "args": args, "smem": shared_mem})
+    def fake_launch(kernel, grid, block, args, shared_mem=0, device=None, cooperative=False):
+        launches.append({"kernel": kernel, "grid": grid, "block": block, "args": args, "smem": shared_mem,
+                         "cooperative": cooperative})
 
     monkeypatch.setattr(function, "get_kernel", fake_kernel)
     monkeypatch.setattr(function, "launch", fake_launch)
@@ -41,7 +42,7 @@ def _inputs(B, T, NH, DH, dtype, grad):
     return [torch.randn(s, dtype=torch.float32).to(dtype).requires_grad_(grad) for s in shapes]
 
 
-@pytest.mark.parametrize("B,NH,DH", [(16, 12, 64), (3, 1, 768), (17, 48, 16)])
+@pytest.mark.parametrize("B,NH,DH", [(16, 12, 64), (3, 1, 768), (17, 48, 16), (5, 3, 256)])
 def test_launch_record_matches_plan(recorded, B, NH, DH):
     launches, compiled = recorded
     Wx, R, b, states = _inputs(B, 5, NH, DH, torch.bfloat16, grad=False)
@@ -58,6 +59,10 @@ def test_launch_record_matches_plan(recorded, B, NH, DH):
     assert (scratch is None) == (expected.scratch_bytes(B) == 0)
     if scratch is not None:
         assert scratch.numel() == expected.scratch_bytes(B)
+    exchange = first["args"][9]  # zeroed for the global exchange, which is launched cooperatively
+    assert first["cooperative"] == expected.global_exchange == (exchange is not None)
+    if exchange is not None:
+        assert exchange.numel() == expected.exchange_bytes(B) and not exchange.any()
     assert first["args"][6] is None and first["args"][7] is None  # nothing saved without gradients
     assert function._cached_launch.cache_info().misses == 1
 

@@ -13,6 +13,7 @@ import torch
 from flashrnn_kernels.cells import get_cell
 from flashrnn_kernels.fused import function
 from flashrnn_kernels.fused.function import flashrnn_fused
+from flashrnn_kernels.fused.plan import plan
 from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
 from tests.tolerances import TOLERANCES
 
@@ -67,6 +68,28 @@ def run_both(B, T, NH, DH, dtype, grads=True, cell="lstm"):
 def test_forward_and_gradients_match_float64(dtype, B, T, NH, DH):
     out, ref = run_both(B, T, NH, DH, DTYPES[dtype])
     assert_close_rel(out, ref, DTYPES[dtype])
+
+
+EXCHANGE_CASES = [  # (exchange, dtype, B, T, NH, DH): split heads both ways; T = 1 and 2 fill the slots first
+    ("global", "bf16", 3, 64, 2, 64), ("global", "fp32", 5, 17, 3, 256), ("global", "bf16", 17, 33, 1, 768),
+    ("global", "fp16", 3, 2, 1, 512), ("global", "bf16", 2, 1, 1, 256), ("global", "fp32", 2, 8, 1, 768),
+    ("global", "bf16", 2, 16, 1, 1024),
+    ("cluster", "bf16", 4, 64, 1, 768), ("cluster", "bf16", 2, 16, 1, 1024), ("cluster", "fp32", 2, 8, 1, 768),
+]
+
+
+@pytest.mark.parametrize("cell", ["lstm", "slstm"])
+@pytest.mark.parametrize("exchange,dtype,B,T,NH,DH", EXCHANGE_CASES)
+def test_each_exchange_matches_float64(monkeypatch, cell, exchange, dtype, B, T, NH, DH):
+    """The blocks of a split head exchanging the step vector inside a cluster and through global memory."""
+    for direction in ("forward", "backward"):
+        p = plan(cell, B, NH, DH, dtype, gpu=function._device_gpu(torch.cuda.current_device()), direction=direction,
+                 exchange=exchange)
+        assert p.head_blocks > 1 and p.global_exchange == (exchange == "global")
+    monkeypatch.setattr(function, "EXCHANGE", exchange)
+    out, ref = run_both(B, T, NH, DH, DTYPES[dtype], cell=cell)
+    bound = 3 * TOLERANCES[torch.float32]["rel"] if dtype == "fp32" and DH >= 1024 else None
+    assert_close_rel(out, ref, DTYPES[dtype], bound)
 
 
 CELL_CASES = [  # (B, T, NH, DH): T=1024, odd batches, T=1, a cluster of blocks per head, R partly streamed from L2

@@ -26,18 +26,25 @@ def _private_cache(tmp_path, monkeypatch):
 
 def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
     """The plan's launch fits the GPU: recomputed from its fields, not from the solver's model."""
-    assert p.cluster_blocks * p.rows_per_block == p.head_dim
+    assert p.head_blocks * p.rows_per_block == p.head_dim
     assert p.rows_per_block % 16 == 0 and p.batch_tile % 8 == 0
     assert p.k_dim % (p.k_tile * p.warps_k) == 0 and 0 <= p.reg_k_tiles <= p.k_tiles_per_warp
     assert p.threads <= gpu.max_threads_per_block
     assert p.smem_bytes <= gpu.smem_per_block_optin
     assert p.predicted_registers <= p.register_budget <= gpu.max_regs_per_thread
-    assert p.cluster_blocks == 1 or (p.cluster_blocks <= gpu.cluster_max_nonportable and p.cluster_blocks & (
-        p.cluster_blocks - 1) == 0)
+    if p.global_exchange:  # every block resident at once (a cooperative launch)
+        assert p.head_blocks > 1 and p.num_heads * p.head_blocks * p.batch_tiles(batch) <= gpu.sm_count * p.blocks_per_sm
+        assert p.exchange_bytes(batch) == p.batch_tiles(batch) * p.num_heads * 2 * 8 * p.batch_tile * p.k_dim * (
+            2 if p.dtype != "fp32" else 4) * 2 // 8
+    else:
+        assert p.exchange_bytes(batch) == 0
+        assert p.head_blocks == 1 or (p.head_blocks <= gpu.cluster_max_nonportable and p.head_blocks & (
+            p.head_blocks - 1) == 0)
+    assert p.nonportable_cluster == (not p.global_exchange and p.head_blocks > gpu.cluster_max_portable)
     occupancy = hwmodels.blocks_per_sm(gpu, p.threads, p.register_budget, p.smem_bytes)
     assert occupancy.blocks_per_sm >= p.blocks_per_sm >= 1
     assert p.batch_tiles(batch) * p.batch_tile >= batch > (p.batch_tiles(batch) - 1) * p.batch_tile
-    assert p.grid(batch) == (p.num_heads * p.cluster_blocks, p.batch_tiles(batch), 1)
+    assert p.grid(batch) == (p.num_heads * p.head_blocks, p.batch_tiles(batch), 1)
 
 
 @pytest.mark.parametrize("cell", sorted(CELLS))
@@ -83,37 +90,48 @@ def test_h200_bf16_forward_fits_up_to_768(head_dim):
 
 def test_single_block_when_a_head_fits_one_sm():
     p = plan("lstm", 16, 12, 64, "bf16", gpu="H200")
-    assert p.cluster_blocks == 1 and p.reg_k_tiles == p.k_tiles_per_warp  # R of one head in registers
+    assert p.head_blocks == 1 and p.reg_k_tiles == p.k_tiles_per_warp  # R of one head in registers
 
 
-def test_large_head_splits_over_a_cluster_on_sm90_only():
-    assert plan("lstm", 16, 1, 768, "bf16", gpu="H200").cluster_blocks > 1
-    with pytest.raises(PlanError, match="A100"):
-        plan("lstm", 16, 1, 768, "bf16", gpu="A100-SXM4-80GB")
+def test_large_head_splits_over_a_cluster_or_a_global_exchange():
+    h200 = plan("lstm", 16, 1, 256, "bf16", gpu="H200")
+    assert h200.head_blocks > 1 and not h200.global_exchange  # a cluster on sm_90
+    for gpu in ("H200", "A100-SXM4-80GB"):  # no cluster of 16 blocks holds 1x768's R: 48 blocks through L2
+        p = plan("lstm", 16, 1, 768, "bf16", gpu=gpu)
+        assert p.global_exchange and p.head_blocks == 48 and p.global_k_tiles == 0
+    a100 = plan("lstm", 16, 1, 256, "bf16", gpu="A100-SXM4-80GB")  # no clusters on sm_80
+    assert a100.head_blocks > 1 and a100.global_exchange
+    forced = plan("lstm", 16, 1, 768, "bf16", gpu="H200", exchange="cluster")
+    assert forced.head_blocks == 16 and not forced.global_exchange and forced.nonportable_cluster
+    small = plan("lstm", 3, 2, 64, "fp32", gpu="H200", exchange="global")
+    assert small.global_exchange and small.head_blocks > 1
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        plan("lstm", 16, 1, 768, "bf16", gpu="H200", exchange="dsmem")
 
 
 def test_infeasible_quotes_the_core_and_what_fits():
-    with pytest.raises(PlanError) as info:
-        plan("lstm", 16, 1, 1024, "bf16", gpu="A100-SXM4-80GB")
+    with pytest.raises(PlanError) as info:  # 4 batch tiles x 64 blocks do not fit 108 SMs at once
+        plan("lstm", 256, 1, 1024, "bf16", gpu="A100-SXM4-80GB", direction="backward")
     text = str(info.value)
     assert "head_dim=1024" in text and "A100-SXM4-80GB" in text
-    assert "head_dim 1024 = cluster_blocks x warps_m x 16 rows" in text  # the core, in words
-    assert "head_dim <= 512" in text and "more heads" in text
+    assert "head_dim 1024 = head_blocks x warps_m x 16 rows" in text  # the core, in words
+    assert "a smaller batch" in text and "backend='alternating'" in text
     assert isinstance(info.value.__cause__.core, list) and info.value.__cause__.core
 
 
-def test_768_forward_keeps_r_on_chip_with_two_vector_buffers():
-    # 1x768 bf16 forward on an H200 (B=16, T=1024, measured): R on chip 2.79-2.88 ms, part of R streamed from L2
-    # 3.45 ms; with the earlier barrier-based exchange one vector buffer (a second cluster barrier per step) took
-    # 3.76 ms against 3.32 ms with two.
-    p = plan("lstm", 16, 1, 768, "bf16", gpu="H200")
-    assert p.cluster_blocks == 16 and p.global_k_tiles == 0 and p.scratch_bytes(16) == 0
+def test_768_forward_in_a_cluster_keeps_r_on_chip_with_two_vector_buffers():
+    # 1x768 bf16 forward on an H200 in clusters of 16 (B=16, T=1024, measured): R on chip 2.79-2.88 ms, part of R
+    # streamed from L2 3.45 ms; with the earlier barrier-based exchange one vector buffer (a second cluster barrier
+    # per step) took 3.76 ms against 3.32 ms with two.
+    p = plan("lstm", 16, 1, 768, "bf16", gpu="H200", exchange="cluster")
+    assert p.head_blocks == 16 and p.global_k_tiles == 0 and p.scratch_bytes(16) == 0
     assert p.vector_buffers == 2 and p.reg_k_tiles >= 8
 
 
 def test_head_too_large_for_the_chips_streams_part_of_r_from_l2():
-    p = plan("lstm", 16, 1, 1024, "bf16", gpu="H200")
-    assert p.cluster_blocks == 16 and p.global_k_tiles > 0 and p.scratch_bytes(16) > 0
+    p = plan("lstm", 16, 1, 1024, "bf16", gpu="H200", exchange="cluster")
+    assert p.head_blocks == 16 and p.global_k_tiles > 0 and p.scratch_bytes(16) > 0
+    assert plan("lstm", 16, 1, 1024, "bf16", gpu="H200").global_k_tiles == 0  # 64 blocks hold it
     assert plan("lstm", 16, 12, 64, "bf16", gpu="H200").global_k_tiles == 0
 
 
