@@ -53,5 +53,8 @@ def choose(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu
             return BackendChoice("alternating", f"no fused {direction} tiling: {exc}")
     forward, backward = plans[0], plans[1] if training else None
     where = "on chip" if forward.global_k_tiles == 0 else "partly streamed from L2"
+    blocks = ("one block per head" if forward.head_blocks == 1 else
+              f"{forward.head_blocks} blocks per head exchanging h through global memory" if forward.global_exchange
+              else f"a cluster of {forward.head_blocks} blocks per head")
     return BackendChoice("fused", f"the fused kernel has a tiling on {forward.gpu} (R {where}, batch tile "
-                                  f"{forward.batch_tile}, cluster of {forward.head_blocks})", forward, backward)
+                                  f"{forward.batch_tile}, {blocks})", forward, backward)

@@ -411,7 +411,7 @@ struct ClusterExchange {
 // fill f + 1, which each block wrote after it had read fill f (its loads returned before its block barrier).
 #define PAYLOAD_ELEMS (4 / (int)sizeof(elem_t))
 #define ROW_WORDS (K_DIM / PAYLOAD_ELEMS)
-#define EXCHANGE_LOADS 8  // 16-byte loads (two words) per thread in flight while polling
+#define EXCHANGE_LOADS 8  // 16-byte loads (two words) per thread in flight while polling (tiling.EXCHANGE_LOADS)
 static_assert(ROW_WORDS % 2 == 0, "word pairs do not straddle batch rows");
 
 __device__ __forceinline__ void store_word_relaxed(unsigned long long* p, unsigned long long v) {
@@ -458,7 +458,9 @@ struct GlobalExchange {
     }
 
     // Copy the other blocks' slices of `fill` into V (this block's buffer of the fill) as their words arrive;
-    // batch rows past valid_b become zero. Ends with a block barrier.
+    // batch rows past valid_b become zero. Each thread polls its words in rounds: every stale word of the batch is
+    // reloaded at once, so a thread waits about one L2 round trip after the last of them lands (reloading one word
+    // at a time would queue a round trip per word). Ends with a block barrier.
     __device__ __forceinline__ void wait(elem_t* V, int fill, int) const {
         const unsigned long long* src = slots + (fill & 1) * BATCH_TILE * ROW_WORDS;
         const u32 tag = (u32)fill + 1;
@@ -466,21 +468,28 @@ struct GlobalExchange {
 #pragma unroll 1
         for (int p0 = 0; p0 < PAIRS; p0 += EXCHANGE_LOADS * THREADS) {
             ulonglong2 w[EXCHANGE_LOADS];
+            u32 stale = 0;  // bit r: pair r is still to be read
 #pragma unroll
             for (int r = 0; r < EXCHANGE_LOADS; ++r) {
                 const int p = p0 + r * THREADS + (int)threadIdx.x, b = 2 * p / ROW_WORDS;
-                const bool wanted = p < PAIRS && b < valid_b && !own((2 * p - b * ROW_WORDS) * PAYLOAD_ELEMS);
-                w[r] = wanted ? load_words_relaxed(src + 2 * p) : make_ulonglong2(0, 0);
+                w[r] = make_ulonglong2(0, 0);
+                if (p < PAIRS && b < valid_b && !own((2 * p - b * ROW_WORDS) * PAYLOAD_ELEMS)) stale |= 1u << r;
+            }
+            while (stale != 0) {
+#pragma unroll
+                for (int r = 0; r < EXCHANGE_LOADS; ++r)
+                    if (stale & (1u << r)) w[r] = load_words_relaxed(src + 2 * (p0 + r * THREADS + (int)threadIdx.x));
+#pragma unroll
+                for (int r = 0; r < EXCHANGE_LOADS; ++r)
+                    if ((u32)(w[r].x >> 32) == tag && (u32)(w[r].y >> 32) == tag) stale &= ~(1u << r);
             }
 #pragma unroll
             for (int r = 0; r < EXCHANGE_LOADS; ++r) {
                 const int p = p0 + r * THREADS + (int)threadIdx.x, b = 2 * p / ROW_WORDS;
                 const int k = (2 * p - b * ROW_WORDS) * PAYLOAD_ELEMS;
                 if (p >= PAIRS || own(k)) continue;
-                if (b < valid_b)
-                    while ((u32)(w[r].x >> 32) != tag || (u32)(w[r].y >> 32) != tag) w[r] = load_words_relaxed(src + 2 * p);
                 u32* dst = reinterpret_cast<u32*>(V + b * V_STRIDE + k);
-                dst[0] = (u32)w[r].x;
+                dst[0] = (u32)w[r].x;  // zero for batch rows past valid_b
                 dst[1] = (u32)w[r].y;
             }
         }

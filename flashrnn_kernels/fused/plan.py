@@ -22,8 +22,8 @@ from .problem import FusedProblem, dtype_name
 VERSION = "fused-7"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
-_MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes()).hexdigest()
-"""The constraint model and cost model's source: any edit to them also retires the disk-cached plans."""
+_MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
+"""The constraint model, cost model and solve order's source: any edit to them also retires the disk-cached plans."""
 
 _memory: dict[str, KernelPlan] = {}
 
@@ -170,6 +170,12 @@ def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
 def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> KernelPlan:
     _check_architecture(problem, gpu)
     sol = _minimize(*tiling.build(problem, gpu, exchange=exchange))
+    if sol is not None and sol["global_exchange"] and exchange is None and gpu.cluster_max_nonportable > 1:
+        # R on chip only over more blocks than a cluster holds: a cluster streaming part of R from L2 may still be
+        # faster than the exchange through global memory
+        streamed = _minimize(*tiling.build(problem, gpu, stream_from_l2=True, exchange="cluster"))
+        if streamed is not None and streamed.objective < sol.objective:
+            sol = streamed
     if sol is None:  # R does not fit on chip: stream part of it from L2 each step
         model, objective = tiling.build(problem, gpu, stream_from_l2=True, exchange=exchange)
         sol = _minimize(model, objective)

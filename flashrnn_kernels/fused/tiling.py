@@ -44,8 +44,16 @@ L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
 CLUSTER_EXCHANGE = 980  # cycles: the cluster's exchange of the step vector (st.async + mbarrier wait)
 CLUSTER_BARRIER_IN_STEP = 900  # cycles: a second cluster barrier per step waits for the slowest block (~0.45 us)
-GLOBAL_EXCHANGE = 1100  # cycles: a tagged word's trip through L2 from the writing block to the polling ones
-EXCHANGE_REGISTERS = 32  # the global exchange's polled words in flight (8 loads of 16 bytes)
+GLOBAL_EXCHANGE = 150  # cycles per step of the global exchange besides its rounds and bytes (the three terms fitted
+# to an H200, B=16, T=1024, bf16, per step: 1x768 forward 2.14 us in 48 blocks, 1x768 backward 8.2 us in 48 blocks,
+# 1x1024 forward 2.07 us and backward 10.2 us in 64 blocks)
+EXCHANGE_LOADS = 8  # 16-byte loads (two tagged words) a thread keeps in flight while polling (engine.cuh)
+EXCHANGE_ROUND = 1500  # cycles per further round of EXCHANGE_LOADS loads per thread: the 1x768 bf16 forward
+# measured 2.17 / 2.93 / 4.07 us per step with 1 / 2 / 3 rounds (256 / 128 / 64 threads)
+EXCHANGE_REGISTERS = 32  # the polled words in flight
+EXCHANGE_L2_BYTES_PER_CYCLE = 12  # per SM reading the tagged vector: every block reads the same lines (half the
+# streaming rate; fitted so that the 1x768 backward, measured 7.8 us per step through global memory against 7.3 in
+# clusters of 16, stays in clusters)
 STAGE_LATENCY = 600  # cycles of HBM latency left exposed per missing stage of the 4-deep input pipeline
 POINTWISE_PER_GATE = 14  # instructions per element and gate, plus a fixed part
 POINTWISE_FIXED = 24
@@ -142,7 +150,10 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     splits = [d for d in range(2, min(units, gpu.sm_count) + 1) if units % d == 0]
     cb = m.int_var(values=sorted(set(cluster_sizes) | set(splits)), name="head_blocks")
     clustered = m.int_var(0, 1 if cluster_limit > 1 and exchange != "global" else 0, "clustered")
-    glob = m.int_var(1 if exchange == "global" else 0, 0 if exchange == "cluster" else 1, "global_exchange")
+    # Streaming part of R from L2 as well as exchanging through it only where no cluster can take the head: the fp32
+    # 1x768 backward on an H200 measured 53 us per step that way against 26 us in clusters of 16.
+    offer_global = exchange == "global" or (exchange is None and not (stream_from_l2 and cluster_limit > 1))
+    glob = m.int_var(1 if exchange == "global" else 0, 1 if offer_global else 0, "global_exchange")
     wm = m.int_var(1, max_warps, "warps_m")
     wk = m.int_var(values=[w for w in (1, 2, 4, 8, 16) if w <= max_warps], name="warps_k")
     kt_w = m.int_var(1, kt_total, "k_tiles_per_warp")
@@ -192,6 +203,10 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     m.add(clustered + glob <= 1, name="one way of exchanging the step vector")
     m.add(m.any_of([glob == 1] + [cb == c for c in cluster_sizes]),
           name=f"a cluster has {'/'.join(map(str, cluster_sizes))} blocks on {gpu.name}")
+    if exchange is None and cluster_limit > 1:
+        m.add(glob * cb >= glob * (cluster_limit + 1),
+              name="through global memory only a head split over more blocks than a cluster holds (6x128 bf16 on an "
+                   "H200, B=16, T=1024: 1.54 ms forward through global memory in 8 blocks, 1.23 ms in one block)")
     m.add(glob * p.num_heads * cb * tiles <= gpu.sm_count * per_sm,
           name=f"a global exchange needs every block resident at once (<= {gpu.sm_count} SMs x blocks per SM)")
     link = m.int_var(MMA_LATENCY, 1 << 16, "mma_link_cycles")
@@ -212,7 +227,12 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
         step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
-    step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + nt * (exchange_bytes(p, 1) // L2_BYTES_PER_CYCLE))
+    step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE))
+    if exchange != "cluster":  # rounds of polled loads: every thread reads its share of the whole tagged vector
+        rounds = m.int_var(0, -(-max_tiles * k_dim(p) * e // (EXCHANGE_LOADS * 32)), "exchange_rounds")
+        m.add(rounds * EXCHANGE_LOADS * 32 * warps >= glob * 8 * nt * k_dim(p) * e // 8,
+              name="the global exchange's 16-byte loads in rounds over the block's threads")
+        step = step + (rounds - glob) * EXCHANGE_ROUND
     bytes_per_cycle = gpu.memory_bandwidth // (gpu.boost_clock_mhz * 1_000_000)
     traffic = p.num_heads * tiles * 8 * nt * p.head_dim * (p.gates + 1) * e // bytes_per_cycle
     return m, waves * step + traffic
