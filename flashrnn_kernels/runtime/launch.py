@@ -188,7 +188,7 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
     When the stream's device is CuPy's current device, the launch goes straight to the driver with this thread's
     prepared parameter block (see the module docstring), or, for arguments it does not cover, through the kernel's
     `cupy.cuda.function.Function` with the stream passed explicitly; either way no device or stream context is
-    switched. Otherwise the device's context is entered first and the kernel is called through that Function."""
+    switched. Otherwise both contexts are entered first and the kernel is called through CuPy."""
     import cupy
 
     if stream is None:
@@ -198,29 +198,20 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
         index, handle = _device_index(device), stream
     else:
         index, handle = stream.device_index, stream.cuda_stream
-    if not cooperative:
-        _launch_on(cupy, kernel, grid, block, args, shared_mem, index, handle)
-        return
-    try:
-        _launch_on(cupy, kernel, grid, block, args, shared_mem, index, handle, cooperative=True)
-    except (ValueError, cupy.cuda.driver.CUDADriverError) as exc:  # CuPy's cooperative grid check, or the driver's
-        if isinstance(exc, cupy.cuda.driver.CUDADriverError) and "COOPERATIVE_LAUNCH_TOO_LARGE" not in str(exc):
-            raise
-        raise RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more "
-                           f"than this GPU holds (fewer SMs than its model, MIG, or other work?): {exc}") from exc
-
-
-def _launch_on(cupy: Any, kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-               shared_mem: int, index: int, handle: int, cooperative: bool = False) -> None:
-    through_cupy = {"enable_cooperative_groups": True} if cooperative else {}
-    if cupy.cuda.runtime.getDevice() != index:
-        if cooperative:
+    if cooperative:
+        try:
             with cupy.cuda.Device(index):
                 kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle),
-                              **through_cupy)
-        else:
-            with cupy.cuda.Device(index), _external_stream(index, handle):
-                kernel(tuple(grid), tuple(block), as_args(args), shared_mem=shared_mem)
+                              enable_cooperative_groups=True)
+        except (ValueError, cupy.cuda.driver.CUDADriverError) as exc:  # CuPy's grid check, or the driver's
+            if isinstance(exc, cupy.cuda.driver.CUDADriverError) and "COOPERATIVE_LAUNCH_TOO_LARGE" not in str(exc):
+                raise
+            raise RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more "
+                               f"than this GPU holds (fewer SMs than its model, MIG, or other work?): {exc}") from exc
+        return
+    if cupy.cuda.runtime.getDevice() != index:
+        with cupy.cuda.Device(index), _external_stream(index, handle):
+            kernel(tuple(grid), tuple(block), as_args(args), shared_mem=shared_mem)
         return
     prepared = _param_block(cupy, kernel, index, tuple(map(type, args)))
     if prepared is not None:
@@ -229,11 +220,7 @@ def _launch_on(cupy: Any, kernel: Any, grid: tuple[int, ...], block: tuple[int, 
         except (struct.error, OverflowError):  # out of int32 / float32 range: as_args below raises or converts
             prepared = None
     if prepared is None:
-        kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle),
-                      **through_cupy)
-    elif cooperative:
-        cupy.cuda.driver.launchCooperativeKernel(prepared.handle, *_launch_dims(grid, block), shared_mem, handle,
-                                                 prepared.kernel_params)
-    else:
-        cupy.cuda.driver.launchKernel(prepared.handle, *_launch_dims(grid, block), shared_mem, handle,
-                                      prepared.kernel_params, 0)
+        kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle))
+        return
+    cupy.cuda.driver.launchKernel(prepared.handle, *_launch_dims(grid, block), shared_mem, handle,
+                                  prepared.kernel_params, 0)

@@ -40,7 +40,6 @@ class FakeKernel:
 
     def __init__(self, fake, sizes: tuple[int, ...]):
         self.kernel = FakeFunction(0xC0DE00 + len(fake.functions), sizes)
-        self.name = "fake_kernel"
         fake.functions[self.kernel.ptr] = self.kernel
         self.calls = []
         self.fake = fake
@@ -62,18 +61,11 @@ class FakeExternalStream:
         self.fake.entered.pop()
 
 
-class CUDADriverError(RuntimeError):
-    """cupy.cuda.driver.CUDADriverError."""
-
-
 def make_fake():
     """(module shaped like cupy, its state): devices, context, launches decoded from the parameter blocks."""
-    fake = types.SimpleNamespace(device=0, context=0xC7C7, functions={}, launches=[], entered=[],
-                                 cooperative_limit=None)
+    fake = types.SimpleNamespace(device=0, context=0xC7C7, functions={}, launches=[], entered=[])
 
-    def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra, cooperative=False):
-        if fake.cooperative_limit is not None and cooperative and gx * gy * gz > fake.cooperative_limit:
-            raise CUDADriverError("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: too many blocks in cooperative launch")
+    def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra):
         for value in (f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra):
             assert type(value) is int and value >= 0  # what the Cython signature (unsigned int / intptr_t) takes
         sizes = fake.functions[f].sizes
@@ -82,11 +74,7 @@ def make_fake():
             "function": f, "grid": (gx, gy, gz), "block": (bx, by, bz), "smem": shared_mem, "stream": stream,
             "kernel_params": kernel_params, "extra": extra, "slot_addresses": list(slots),
             "bytes": [ctypes.string_at(address, size) for address, size in zip(slots, sizes)],
-            "slots": [ctypes.string_at(address, 8) for address in slots], "thread": threading.get_ident(),
-            "cooperative": cooperative})
-
-    def launch_cooperative_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params):
-        launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, 0, cooperative=True)
+            "slots": [ctypes.string_at(address, 8) for address in slots], "thread": threading.get_ident()})
 
     class Device:
         def __init__(self, index):
@@ -107,8 +95,7 @@ def make_fake():
     module = types.ModuleType("cupy")
     module.cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDevice=lambda: fake.device),
-        driver=types.SimpleNamespace(launchKernel=launch_kernel, launchCooperativeKernel=launch_cooperative_kernel,
-                                     ctxGetCurrent=lambda: fake.context, CUDADriverError=CUDADriverError),
+        driver=types.SimpleNamespace(launchKernel=launch_kernel, ctxGetCurrent=lambda: fake.context),
         Device=Device, ExternalStream=external_stream)
     return module, fake
 
@@ -273,23 +260,3 @@ def test_kernel_without_arguments(fake):
     (record,) = fake.launches
     assert record["kernel_params"] == 0 and record["bytes"] == []
     assert record["grid"] == (1, 1, 1) and record["block"] == (1, 1, 1)  # CuPy clamps extents to 1 as well
-
-
-def test_cooperative_launch_takes_the_same_parameter_block(fake):
-    kernel = FakeKernel(fake, (8, 4))
-    t = torch.arange(3.0)
-    launch(kernel, (48, 2), (256,), (t, 7), shared_mem=1024, device=DEVICE, stream=STREAM, cooperative=True)
-    launch(kernel, (48, 2), (256,), (t, 7), shared_mem=1024, device=DEVICE, stream=STREAM)
-    first, second = fake.launches
-    assert first["cooperative"] and not second["cooperative"]
-    assert first["bytes"] == second["bytes"] == expected_bytes((t, 7))
-    assert first["grid"] == (48, 2, 1) and first["stream"] == STREAM and first["smem"] == 1024
-
-
-def test_cooperative_grid_too_large_says_why(fake):
-    kernel = FakeKernel(fake, (8,))
-    fake.cooperative_limit = 132
-    with pytest.raises(RuntimeError, match=r"needs all its blocks resident at once.*COOPERATIVE_LAUNCH_TOO_LARGE"):
-        launch(kernel, (48, 3), (256,), (None,), device=DEVICE, stream=STREAM, cooperative=True)
-    launch(kernel, (48, 3), (256,), (None,), device=DEVICE, stream=STREAM)  # an ordinary launch is not limited
-    assert [r["cooperative"] for r in fake.launches] == [False]
