@@ -29,10 +29,14 @@ class FakeFunction:
     """A `cupy.cuda.function.Function`: a CUfunction handle, and CuPy's launch (recorded)."""
 
     def __init__(self, handle: int, sizes: tuple[int, ...]):
-        self.ptr, self.sizes, self.calls = handle, sizes, []
+        self.ptr, self.sizes, self.calls, self.cooperative_limit = handle, sizes, [], None
 
-    def __call__(self, grid, block, args, shared_mem=0, stream=None):
-        self.calls.append({"grid": grid, "block": block, "args": args, "smem": shared_mem, "stream": stream})
+    def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
+        limit = self.cooperative_limit
+        if enable_cooperative_groups and limit is not None and grid[0] * grid[1] > limit:
+            raise CUDADriverError("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: too many blocks in cooperative launch")
+        self.calls.append({"grid": grid, "block": block, "args": args, "smem": shared_mem, "stream": stream,
+                           "cooperative": enable_cooperative_groups})
 
 
 class FakeKernel:
@@ -40,6 +44,7 @@ class FakeKernel:
 
     def __init__(self, fake, sizes: tuple[int, ...]):
         self.kernel = FakeFunction(0xC0DE00 + len(fake.functions), sizes)
+        self.name = "fake_kernel"
         fake.functions[self.kernel.ptr] = self.kernel
         self.calls = []
         self.fake = fake
@@ -59,6 +64,10 @@ class FakeExternalStream:
 
     def __exit__(self, *exc):
         self.fake.entered.pop()
+
+
+class CUDADriverError(RuntimeError):
+    """cupy.cuda.driver.CUDADriverError."""
 
 
 def make_fake():
@@ -95,7 +104,8 @@ def make_fake():
     module = types.ModuleType("cupy")
     module.cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDevice=lambda: fake.device),
-        driver=types.SimpleNamespace(launchKernel=launch_kernel, ctxGetCurrent=lambda: fake.context),
+        driver=types.SimpleNamespace(launchKernel=launch_kernel, ctxGetCurrent=lambda: fake.context,
+                                     CUDADriverError=CUDADriverError),
         Device=Device, ExternalStream=external_stream)
     return module, fake
 
@@ -260,3 +270,22 @@ def test_kernel_without_arguments(fake):
     (record,) = fake.launches
     assert record["kernel_params"] == 0 and record["bytes"] == []
     assert record["grid"] == (1, 1, 1) and record["block"] == (1, 1, 1)  # CuPy clamps extents to 1 as well
+
+
+def test_cooperative_launch_goes_through_cupy_on_the_stream(fake):
+    kernel = FakeKernel(fake, (8, 4))
+    t = torch.arange(3.0)
+    launch(kernel, (48, 2), (256,), (t, 7), shared_mem=1024, device=DEVICE, stream=STREAM, cooperative=True)
+    assert fake.launches == [] and kernel.calls == []
+    (call,) = kernel.kernel.calls
+    assert call["cooperative"] and call["grid"] == (48, 2) and call["block"] == (256,) and call["smem"] == 1024
+    assert call["stream"].handle == STREAM and call["args"] == as_args((t, 7))
+
+
+def test_cooperative_grid_too_large_says_why(fake):
+    kernel = FakeKernel(fake, (8,))
+    kernel.kernel.cooperative_limit = 132
+    with pytest.raises(RuntimeError, match=r"needs all its blocks resident at once.*COOPERATIVE_LAUNCH_TOO_LARGE"):
+        launch(kernel, (48, 3), (256,), (None,), device=DEVICE, stream=STREAM, cooperative=True)
+    launch(kernel, (48, 3), (256,), (None,), device=DEVICE, stream=STREAM)  # an ordinary launch is not limited
+    assert len(fake.launches) == 1 and kernel.kernel.calls == []
