@@ -17,7 +17,9 @@
 
 #if !defined(HEAD_DIM) || !defined(NUM_HEADS) || !defined(GATES) || !defined(STATES) || !defined(BATCH_TILE) || \
     !defined(HEAD_BLOCKS) || !defined(WARPS_M) || !defined(WARPS_K) || !defined(K_TILE) ||                   \
-    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) || !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(GLOBAL_EXCHANGE) || !defined(PLAN_THREADS) || !defined(PLAN_SMEM_BYTES)
+    !defined(REG_K_TILES) || !defined(M_TILES) || !defined(BLOCKS_PER_SM) || !defined(VECTOR_BUFFERS) ||         \
+    !defined(STAGES) || !defined(GLOBAL_K_TILES) || !defined(GLOBAL_EXCHANGE) || !defined(PLAN_THREADS) ||       \
+    !defined(PLAN_SMEM_BYTES)
 #error "a plan field is missing: render this kernel through flashrnn_kernels.runtime.codegen.render"
 #endif
 

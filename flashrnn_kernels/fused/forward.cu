@@ -7,7 +7,8 @@
 // memory (double buffered: one barrier per step). Between the blocks of a head it travels either inside a cluster
 // (each block pushes its slice to the others with st.async and waits on its own mbarrier) or, with
 // GLOBAL_EXCHANGE, through tagged words in global memory (engine.cuh's ClusterExchange / GlobalExchange).
-// Wx of step t+1 is staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory from registers.
+// Wx of step t+1 is staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory
+// from registers.
 //
 // Tensors (elements of elem_t unless noted; all contiguous):
 //   r_scratch: L2-resident home of the GLOBAL_K_TILES fragments, plan.scratch_bytes(B) bytes (null when 0)

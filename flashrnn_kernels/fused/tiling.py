@@ -20,9 +20,10 @@ Decision variables (per block of the cluster that owns one head and one batch ti
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
 k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; the cluster's exchange of the
-step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: an L2
-round trip plus reading the whole tagged vector), and the step's HBM traffic. The synchronisation costs come from H200 measurements and are coarse: the 1x768 forward's exchange, with
-the skew between the 16 blocks it absorbs, measured 0.7-1.0 us per step.
+step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: rounds
+of polled loads plus reading the whole tagged vector from L2), and the step's HBM traffic. The synchronisation
+costs come from H200 measurements and are coarse: the 1x768 forward's cluster exchange, with the skew between the
+16 blocks it absorbs, measured 0.7-1.0 us per step.
 """
 from __future__ import annotations
 
@@ -227,7 +228,8 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
         step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
-    step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE))
+    exchange_read = nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE)
+    step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + exchange_read)
     if exchange != "cluster":  # rounds of polled loads: every thread reads its share of the whole tagged vector
         rounds = m.int_var(0, -(-max_tiles * k_dim(p) * e // (EXCHANGE_LOADS * 32)), "exchange_rounds")
         m.add(rounds * EXCHANGE_LOADS * 32 * warps >= glob * 8 * nt * k_dim(p) * e // 8,

@@ -33,7 +33,8 @@ def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
     assert p.smem_bytes <= gpu.smem_per_block_optin
     assert p.predicted_registers <= p.register_budget <= gpu.max_regs_per_thread
     if p.global_exchange:  # every block resident at once (a cooperative launch)
-        assert p.head_blocks > 1 and p.num_heads * p.head_blocks * p.batch_tiles(batch) <= gpu.sm_count * p.blocks_per_sm
+        blocks = p.num_heads * p.head_blocks * p.batch_tiles(batch)
+        assert p.head_blocks > 1 and blocks <= gpu.sm_count * p.blocks_per_sm
         assert p.exchange_bytes(batch) == p.batch_tiles(batch) * p.num_heads * 2 * 8 * p.batch_tile * p.k_dim * (
             2 if p.dtype != "fp32" else 4) * 2 // 8
     else:
