@@ -178,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = CROSSOVER[:2] if args.quick else CROSSOVER
         rows = crossover(shapes, 64 if args.quick else SEQ, 3 if args.quick else args.repeat)
         notes = [("LSTM bf16: the fused kernel and the alternating backend where both run; `choose` is "
-                  "flashrnn_kernels.alternating.choose (fused whenever the fused planner finds a tiling).")]
+                  "flashrnn_kernels.alternating.choose (fused unless the alternating backend is predicted much "
+                  "faster).")]
         print(common.write_results("alternating_crossover_quick" if args.quick else "alternating_crossover", rows,
                                    title="Fused kernel vs alternating backend", notes=notes))
     return 0

@@ -115,8 +115,9 @@ def flashrnn(
     kernel implements the cells in FUSED_CELLS, the reference runs any cell.
     backend: "fused" (the persistent CUDA kernel), "alternating" (per step one cuBLAS GEMM and one pointwise kernel,
     replayed from a CUDA graph: for weights too large for the chip), "reference" (PyTorch loop, any device) or
-    "auto" (on CUDA the fused kernel when the planner tiles the problem, else the alternating backend; the
-    reference with a one-time warning for CPU tensors, custom CellSpecs or other dtypes).
+    "auto" (on CUDA the fused kernel when the planner tiles the problem and does not predict the alternating
+    backend much faster, else the alternating backend; the reference with a one-time warning for CPU tensors, custom
+    CellSpecs or other dtypes).
     dtype: cast all inputs to it first.
     Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.
     torch.compile (fullgraph=True too) sees the fused kernel, and the reference on CPU, as one custom op

@@ -128,7 +128,7 @@ def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: 
     """The cheapest feasible tiling of the fused kernel for this problem on `gpu` (a GPUModel, a name, or None
     for the current device). `exchange` ("cluster" or "global") fixes how the blocks of a split head exchange the
     step vector; None lets the cost model choose. Raises PlanError naming the limits that no tiling meets."""
-    model = _gpu_model(gpu)
+    model = gpu_model(gpu)
     problem = FusedProblem(cell, batch, num_heads, head_dim, dtype_name(dtype), direction)
     key = _key(problem, model, exchange)
     found = _memory.get(key)
@@ -141,7 +141,8 @@ def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: 
     return found
 
 
-def _gpu_model(gpu: Any) -> Any:
+def gpu_model(gpu: Any) -> Any:
+    """The hwmodels GPUModel of `gpu`: a GPUModel, a name, or None for the current device (PlanError if unknown)."""
     if gpu is None:
         try:
             return hwmodels.detect()
@@ -169,7 +170,13 @@ def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
 
 def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> KernelPlan:
     _check_architecture(problem, gpu)
-    sol = _minimize(*tiling.build(problem, gpu, exchange=exchange))
+    sol = None
+    if exchange is None and gpu.cluster_max_nonportable == 1:
+        # without clusters, through global memory only where one block cannot hold R on chip (as on sm_90 only for
+        # heads larger than a cluster, tiling.build)
+        sol = _minimize(*tiling.build(problem, gpu, exchange="cluster"))
+    if sol is None:
+        sol = _minimize(*tiling.build(problem, gpu, exchange=exchange))
     if sol is not None and sol["global_exchange"] and exchange is None and gpu.cluster_max_nonportable > 1:
         # R on chip only over more blocks than a cluster holds: a cluster streaming part of R from L2 may still be
         # faster than the exchange through global memory

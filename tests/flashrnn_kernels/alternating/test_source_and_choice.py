@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from flashrnn_kernels.alternating.choice import choose
+import hwmodels
+from flashrnn_kernels.alternating.choice import alternating_step_us, choose, fused_step_us
 from flashrnn_kernels.alternating.source import KERNEL_NAMES, render
 from flashrnn_kernels.cells import CELLS
+from flashrnn_kernels.fused.plan import plan
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
@@ -75,3 +77,31 @@ def test_bad_arguments_raise():
         choose("lstm", 0, 1, 64, "bf16", gpu=H200)
     with pytest.raises(ValueError, match="not supported"):
         choose("lstm", 1, 1, 64, "int8", gpu=H200)
+
+
+@pytest.mark.parametrize("num_heads,head_dim,measured_us", [(12, 64, 5.077), (1, 1024, 6.558), (2, 1024, 7.703),
+                                                             (1, 4096, 37.6)])
+def test_alternating_model_meets_its_measurements(num_heads, head_dim, measured_us):
+    # forward ms / 1024 steps on an H200, bf16, B=16 (alternating_crossover.md; 1x4096: alternating.md, 38.5 ms)
+    predicted = alternating_step_us(num_heads, head_dim, 4, 2, hwmodels.load("H200"), "forward")
+    assert abs(predicted - measured_us) <= 0.1 * measured_us
+
+
+def test_choice_follows_the_predicted_step_times():
+    fused = choose("lstm", 16, 1, 768, "bf16", gpu=H200)  # measured 2.06 ms fused, 6.15 ms alternating
+    assert fused.backend == "fused" and "predicted" in fused.reason
+    slow = choose("lstm", 16, 1, 1024, "fp32", gpu=H200)  # fp32 R of 16 MiB streamed from L2 every step
+    assert slow.backend == "alternating" and "predicted" in slow.reason and "fused kernel's" in slow.reason
+    # the fp32 fused kernel measured 33.7 ms forward at 1x1024 (B=16, T=1024): its predicted 50 us per step is of
+    # that order, and the alternating backend's fixed cost plus R from L2 is far below it
+    inference = choose("lstm", 16, 1, 1024, "fp32", gpu=H200, training=False)
+    assert inference.backend == "alternating" and inference.forward_plan is None
+
+
+def test_without_clusters_a_head_is_split_over_global_memory_only_where_one_block_cannot_hold_it():
+    a100 = "A100-SXM4-80GB"
+    assert not plan("lstm", 16, 6, 128, "bf16", gpu=a100).global_exchange  # one block holds a 128 head
+    assert plan("lstm", 16, 3, 256, "bf16", gpu=a100).global_exchange
+    p = choose("lstm", 16, 1, 768, "bf16", gpu=a100).forward_plan
+    assert p.global_exchange and p.head_blocks == 48
+    assert fused_step_us(p, hwmodels.load(a100)) == p.objective / hwmodels.load(a100).boost_clock_mhz
