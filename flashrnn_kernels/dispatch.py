@@ -34,7 +34,8 @@ def _cupy_importable() -> bool:
 @functools.lru_cache(maxsize=1024)
 def _planned_backend(cell: str, batch: int, num_heads: int, head_dim: int, dtype: torch.dtype, device_index: int,
                      training: bool) -> str:
-    """"fused" when the fused planner tiles this problem (both directions when training), else "alternating"."""
+    """`choose`'s backend: "fused" when the fused planner tiles this problem (both directions when training) and the
+    alternating backend is not predicted much faster, else "alternating"."""
     from .alternating.choice import choose
 
     with torch.cuda.device(device_index):
@@ -57,7 +58,8 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
     """"fused", "alternating" or "reference" for these inputs.
 
     "auto" on CUDA takes the fused kernel when the planner tiles the problem (batch and num_heads given), the
-    alternating backend when it cannot (R too large for the chip, or a head_dim the fused kernel does not render),
+    alternating backend when it cannot (R too large for the chip, or a head_dim the fused kernel does not render) or
+    when that is predicted much faster (alternating.choose),
     and warns once per reason when it falls back to the reference (CPU tensors, a custom CellSpec, a dtype the
     kernels do not compute in, no CuPy). Under torch.compile it takes the fused kernel's custom op without asking
     the planner, or traces the reference where the fused kernel does not apply."""
