@@ -118,7 +118,7 @@ class KernelPlan:
         return -(-batch // self.batch_tile)
 
     def grid(self, batch: int) -> tuple[int, int, int]:
-        """Blocks for a batch of `batch` sequences: x = head x cluster rank, y = batch tile."""
+        """Blocks for a batch of `batch` sequences: x = head x block rank within the head, y = batch tile."""
         return (self.num_heads * self.head_blocks, self.batch_tiles(batch), 1)
 
 
