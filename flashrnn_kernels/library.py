@@ -179,8 +179,8 @@ flashrnn_forward.register_autograd(_flashrnn_autograd_backward, setup_context=_f
 
 class _EagerFlashRNN(torch.autograd.Function):
     """The CUDA implementations of flashrnn_forward / flashrnn_backward as an autograd.Function: eager calls skip
-    the custom-op dispatch (about 90 us of host time per call on an H200 host, host_overhead_profile.txt), which
-    short sequences would otherwise wait for; torch.compile sees the op."""
+    the custom-op dispatch, which short sequences wait for (12x64 bf16, B=16, T=64 on an H200: 0.193 ms forward
+    through the op, 0.152 ms without it); torch.compile sees the op."""
 
     @staticmethod
     def forward(ctx, cell: str, training: bool, Wx: Tensor, R: Tensor, b: Tensor,
