@@ -166,10 +166,14 @@ def _flashrnn_setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(None if Wx.is_cuda else Wx, R, b, states, h, gates_save, states_save)
 
 
+def _upstream(h: Tensor, states: Tensor, d_h: Tensor | None, d_last: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The upstream gradients of (h, last states), zeros for an output that got none."""
+    return (torch.zeros_like(h) if d_h is None else d_h, torch.zeros_like(states) if d_last is None else d_last)
+
+
 def _flashrnn_autograd_backward(ctx, d_h: Tensor | None, d_last: Tensor | None, *_saves):
     Wx, R, b, states, h, gates_save, states_save = ctx.saved_tensors
-    d_h = torch.zeros_like(h) if d_h is None else d_h
-    d_last = torch.zeros_like(states) if d_last is None else d_last
+    d_h, d_last = _upstream(h, states, d_h, d_last)
     grads = flashrnn_backward(Wx, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell)
     return *grads, None, None
 
@@ -194,8 +198,7 @@ class _EagerFlashRNN(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_h: Tensor | None, d_last: Tensor | None):
         R, b, states, h, gates_save, states_save = ctx.saved_tensors
-        d_h = torch.zeros_like(h) if d_h is None else d_h
-        d_last = torch.zeros_like(states) if d_last is None else d_last
+        d_h, d_last = _upstream(h, states, d_h, d_last)
         grads = _flashrnn_backward_cuda(None, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell)
         return None, None, *grads
 

@@ -66,24 +66,22 @@ def choose(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu
     if head_dim not in HEAD_DIMS:
         return BackendChoice("alternating", f"the fused kernel supports head_dim in {list(HEAD_DIMS)}, got "
                                             f"{head_dim}; the alternating backend runs any head_dim")
-    plans = []
-    for direction in ("forward", "backward") if training else ("forward",):
-        try:
-            plans.append(plan(name, batch, num_heads, head_dim, dtype, gpu=gpu, direction=direction))
-        except PlanError as exc:
-            return BackendChoice("alternating", f"no fused {direction} tiling: {exc}")
+    plans, direction = [], "forward"
+    try:
+        model = gpu_model(gpu)  # detected once for both plans and the predictions
+        for direction in ("forward", "backward") if training else ("forward",):
+            plans.append(plan(name, batch, num_heads, head_dim, dtype, gpu=model, direction=direction))
+    except PlanError as exc:
+        return BackendChoice("alternating", f"no fused {direction} tiling: {exc}")
     forward, backward = plans[0], plans[1] if training else None
-    model = gpu_model(gpu)
-    spec = get_cell(name)
     fused_us = sum(fused_step_us(p, model) for p in plans)
-    alternating_us = sum(alternating_step_us(num_heads, head_dim, spec.gate_count, 4 if dtype == "fp32" else 2, model,
-                                             p.direction) for p in plans)
+    alternating_us = sum(alternating_step_us(num_heads, head_dim, p.gates, p.problem.elem_bytes, model, p.direction)
+                         for p in plans)
+    where = "on chip" if forward.global_k_tiles == 0 else "partly streamed from L2"
     if alternating_us * ALTERNATING_MARGIN < fused_us:
         return BackendChoice("alternating", f"the alternating backend is predicted at {alternating_us:.1f} us per step "
                                             f"against the fused kernel's {fused_us:.1f} us on {forward.gpu} (R "
-                                            f"{'partly streamed from L2' if forward.global_k_tiles else 'on chip'} "
-                                            f"there)")
-    where = "on chip" if forward.global_k_tiles == 0 else "partly streamed from L2"
+                                            f"{where} there)")
     blocks = ("one block per head" if forward.head_blocks == 1 else
               f"{forward.head_blocks} blocks per head exchanging h through global memory" if forward.global_exchange
               else f"a cluster of {forward.head_blocks} blocks per head")

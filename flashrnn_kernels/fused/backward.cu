@@ -40,7 +40,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                         const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
                         const elem_t* __restrict__ d_last, elem_t* __restrict__ d_gates,
                         elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch,
-                       unsigned long long* __restrict__ exchange_buf, int B, int T) {
+                        unsigned long long* __restrict__ exchange_buf, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
