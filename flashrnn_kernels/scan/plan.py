@@ -18,12 +18,12 @@ spills.
 
 Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves
 (one for resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its
-share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most that SM's even
-share), the bytes through the SM per bytes in flight ((stages - 1) staged chunks, a chained block's one chunk) per
-LATENCY_NS, its chunks at CHUNK_NS of work each, and a chained block's lifetime (its load, two passes over the
-chunk, one look-back round). A resident segment streams its inputs twice (pass A, then pass B with the outputs);
-the second read comes from L2 when all inputs fit in half of it, else from DRAM; and its look-back adds LOOKBACK_NS
-plus ROUND_NS per round of threads_t predecessors.
+share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most the cell's
+WorkModel.sm_share times that SM's even share), the bytes through the SM per bytes in flight ((stages - 1) staged
+chunks, a chained block's one chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element), and
+a chained block's lifetime (its load, two passes over the chunk, one look-back round). A resident segment streams
+its inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs fit in half of
+it, else from DRAM; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors.
 """
 from __future__ import annotations
 
@@ -56,9 +56,6 @@ spilled under a cap of 168 (nvcc 13, sm_90)."""
 LATENCY_NS = 1500
 """Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load)."""
 
-CHUNK_NS = 400
-"""A block's own work per chunk: phases and their barriers, without memory waits."""
-
 LOOKBACK_NS = 1500
 """A resident segment's look-back, besides its rounds: the wait for the last predecessor's map (the segments' pass
 A times differ), publishing, two barriers."""
@@ -83,14 +80,49 @@ MIN_CHUNK = 16
 MIN_RESIDENT_WARPS = 8
 """Warps resident per SM at least, so that one block's phases overlap another's."""
 
-MIN_ROW_BYTES = 64
-"""A tile's row (its channels at one step) spans at least two 32-byte sectors (or the largest power of two of
-channels within D)."""
-
 STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (1, 2, 3, 4)
 """1 only for chained segments (one chunk, nothing to stage ahead)."""
 POW2 = tuple(2**k for k in range(11))
+POW2_AND_THREES = tuple(sorted(set(POW2) | {3 * v for v in POW2}))
+"""Powers of two and three times them (a tile of 96 channels splits 1536 = 3 * 512 into 16 lanes per batch row:
+128 lanes for B = 8 on 132 SMs)."""
+
+
+@dataclass(frozen=True)
+class WorkModel:
+    """How a cell's block shapes are modelled (see WORK_MODELS)."""
+
+    min_row_bytes: int
+    """A tile's row (its channels at one step) spans at least this many bytes (or the largest power of two of
+    channels within D)."""
+    threads_d: tuple[int, ...]
+    """Choices of threads along D."""
+    sm_share: tuple[int, int]
+    """An SM streams at most sm_share[0] / sm_share[1] times its even share of the bandwidth."""
+    chunk_ns: int
+    """A block's own work per chunk besides its rows and elements: barriers and loop, without memory waits."""
+    row_ns: int
+    """Phase 2 combines the thread rows' maps one after another: per row and chunk."""
+    element_ns: int
+    """Per element (step x channel) each thread handles per chunk: a warp runs the phases as one dependent
+    instruction stream."""
+
+
+WORK_MODELS = {
+    "linear": WorkModel(min_row_bytes=128, threads_d=POW2_AND_THREES, sm_share=(5, 4), chunk_ns=250, row_ns=30,
+                        element_ns=10),
+    "min_gru": WorkModel(min_row_bytes=64, threads_d=POW2, sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0),
+}
+WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
+"""Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T,
+1536]). The linear scan: rows of 64 bytes streamed at most 66% (fp32) / 77% (bf16) of copy, rows of 128-256 bytes
+88-96% / 85-98%; 96 lanes on 96 SMs reached 88% (bf16); with one block of 8 rows per SM, 2, 4 and 8 steps per
+thread streamed at 41%, 68% and 93-98% (bf16), which chunk_ns, row_ns and element_ns fit. Its plans (bf16 tiles of
+96 channels, fp32 of 96) measured 85-87% (bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536, against 55-64%
+(bf16) for the 64-byte rows of the minGRU / minLSTM model. The minGRU / minLSTM kernels compute exponentials and
+reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
+their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms)."""
 POW2_ROWS = tuple(v for v in POW2 if v <= 32)
 """Thread rows per block: phase 2 combines them one after another."""
 
@@ -243,7 +275,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m = constrint.Model()
     esize, inputs, dim = problem.element_bytes, problem.input_count, problem.hidden_dim
     B, T = problem.batch, problem.seq_len
-    td = m.int_var(values=[v for v in POW2 if v <= min(256, gpu.max_threads_per_block)], name="threads_d")
+    work = WORK_MODELS[problem.cell]
+    td = m.int_var(values=[v for v in work.threads_d if v <= min(256, gpu.max_threads_per_block)], name="threads_d")
     tt = m.int_var(values=list(POW2_ROWS), name="threads_t")
     vec = m.int_var(values=[v for v in POW2 if v * esize <= 16], name="vec")
     steps = m.int_var(values=list(STEP_CHOICES), name="steps")
@@ -265,7 +298,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(chunk >= MIN_CHUNK, name="chunk_at_least_min")
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
-    min_tile = min(MIN_ROW_BYTES // esize, 1 << (dim.bit_length() - 1))
+    min_tile = min(work.min_row_bytes // esize, 1 << (dim.bit_length() - 1))
     m.add(tile >= min_tile, name="row_spans_two_sectors")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
@@ -316,10 +349,11 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # model is fixed by the block shape, and the search only branches on that)
     bounds = {
         "wave_bandwidth": _ceil_div((seg_elems * dram_per_elem + split * WORD_BYTES * tile) * active, bw),
-        "wave_sm_share": _ceil_div(seg_elems * sm_per_elem * per_sm * gpu.sm_count, bw),
+        "wave_sm_share": _ceil_div(seg_elems * sm_per_elem * per_sm * gpu.sm_count * work.sm_share[1],
+                                   bw * work.sm_share[0]),
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
-        "wave_work": seg_chunks * (1 + split) * CHUNK_NS,
-        "wave_chained_block": chained * (LATENCY_NS + 2 * CHUNK_NS + ROUND_NS),
+        "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt + work.element_ns * steps * vec),
+        "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + ROUND_NS),
     }
     wave = m.int_var(1, 10**12, "wave_ns")
     for name, bound in bounds.items():

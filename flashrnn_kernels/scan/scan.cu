@@ -75,6 +75,30 @@ struct __align__(SCAN_VEC * sizeof(elem_t)) pack_t {
 
 __device__ __forceinline__ pack_t load_pack(const elem_t* p) { return *reinterpret_cast<const pack_t*>(p); }
 
+// A pack's values as floats. bf16 pairs take one instruction each (a shift, a mask) instead of the generic
+// conversion's two for the upper half.
+__device__ __forceinline__ void unpack(const pack_t& p, float (&x)[SCAN_VEC]) {
+    constexpr bool bf16_pairs = SCAN_DTYPE == 1 && SCAN_VEC % 2 == 0;
+    if constexpr (bf16_pairs) {
+        const unsigned* w = reinterpret_cast<const unsigned*>(p.v);
+#pragma unroll
+        for (int k = 0; k < SCAN_VEC / 2; ++k) {
+            x[2 * k] = __uint_as_float(w[k] << 16);
+            x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < SCAN_VEC; ++j) x[j] = to_float(p.v[j]);
+    }
+}
+
+// A compile-time flag for the lambdas below: Flag<true> when every step of a thread's chunk exists (s < T) and its
+// channels do (d < D), so the per-step bounds checks drop out.
+template <bool V>
+struct Flag {
+    static constexpr bool value = V;
+};
+
 __device__ __forceinline__ void store_pack(elem_t* p, const float (&x)[SCAN_VEC]) {
     pack_t out;
 #pragma unroll
@@ -217,6 +241,9 @@ struct ChunkAt {
         base = ((long long)batch * T + t0) * D + d;
         step = SCAN_REVERSE ? -D : D;
     }
+
+    // every step of this thread's part of the chunk exists and so do its channels
+    __device__ __forceinline__ bool complete(int T) const { return active && s0 + SCAN_STEPS <= T; }
 };
 
 // Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step;
@@ -312,9 +339,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     };
 
     // The maps (a, b) of this thread's step i of chunk `at` from the staged inputs (steps past T: the identity).
-    auto step_maps = [&](int buf, const ChunkAt& at, int i, float (&a)[SCAN_VEC], float (&b)[SCAN_VEC]) {
+    auto step_maps = [&](int buf, const ChunkAt& at, int i, float (&a)[SCAN_VEC], float (&b)[SCAN_VEC], auto full) {
         const int s = at.s0 + i;
-        if (!at.active || s >= T) {
+        if (!decltype(full)::value && (!at.active || s >= T)) {
 #pragma unroll
             for (int j = 0; j < SCAN_VEC; ++j) {
                 a[j] = 1.0f;
@@ -322,18 +349,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             }
             return;
         }
-        const pack_t p1 = load_pack(staged(stage, buf, 0, i, tx, ty)), p2 = load_pack(staged(stage, buf, 1, i, tx, ty));
+        float x1v[SCAN_VEC], x2v[SCAN_VEC], x3v[SCAN_VEC];
+        unpack(load_pack(staged(stage, buf, 0, i, tx, ty)), x1v);
+        unpack(load_pack(staged(stage, buf, 1, i, tx, ty)), x2v);
 #if SCAN_CELL == 2
-        const pack_t p3 = load_pack(staged(stage, buf, 2, i, tx, ty));
+        unpack(load_pack(staged(stage, buf, 2, i, tx, ty)), x3v);
 #endif
 #pragma unroll
         for (int j = 0; j < SCAN_VEC; ++j) {
-            const float v1 = to_float(p1.v[j]), v2 = to_float(p2.v[j]);
-#if SCAN_CELL == 2
-            const float v3 = to_float(p3.v[j]);
-#else
-            const float v3 = 0.0f;
-#endif
+            const float v1 = x1v[j], v2 = x2v[j], v3 = SCAN_CELL == 2 ? x3v[j] : 0.0f;
 #if SCAN_REVERSE
             // dh_t gets a_{t+1} dh_{t+1} (staged inputs 0 and 2 are step t + 1's); nothing at t = T - 1 (s = 0)
             a[j] = s > 0 ? gate_a(v1, v3) : 0.0f;
@@ -346,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 
     // Phase 1: this thread's steps folded into one map per channel, into s_a / s_b row ty. The linear cell's maps
     // are its inputs (phase 3 reads them from the stage again); the other cells keep theirs in ma / mb.
-    auto fold_steps = [&](int buf, const ChunkAt& at) {
+    auto fold_steps = [&](int buf, const ChunkAt& at, auto full) {
         float fa[SCAN_VEC], fb[SCAN_VEC];
 #pragma unroll
         for (int j = 0; j < SCAN_VEC; ++j) {
@@ -356,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #pragma unroll
         for (int i = 0; i < SCAN_STEPS; ++i) {
             float a[SCAN_VEC], b[SCAN_VEC];
-            step_maps(buf, at, i, a, b);
+            step_maps(buf, at, i, a, b, full);
 #pragma unroll
             for (int j = 0; j < SCAN_VEC; ++j) {
 #if SCAN_CELL != 0
@@ -371,11 +395,87 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         store_row(s_b, ty, fb);
     };
 
+    // Phase 3: this thread rescans its steps from its row's carry-in (s_a row ty) and writes the outputs.
+    auto rescan = [&](int buf, const ChunkAt& at, auto full) {
+        float state[SCAN_VEC];
+        load_row(s_a, ty, state);
+#pragma unroll
+        for (int i = 0; i < SCAN_STEPS; ++i) {
+            const int s = at.s0 + i;
+            if (decltype(full)::value || s < T) {
+#if SCAN_CELL == 0
+                float ma_i[SCAN_VEC], mb_i[SCAN_VEC];
+                step_maps(buf, at, i, ma_i, mb_i, full);
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma_i[j], state[j], mb_i[j]);
+#else
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma[i][j], state[j], mb[i][j]);
+#endif
+                const long long off = at.base + (long long)i * at.step;
+#if SCAN_REVERSE
+                const int t = at.t0 - i;
+                float v1s[SCAN_VEC], v2s[SCAN_VEC], v3s[SCAN_VEC], hs[SCAN_VEC];
+                unpack(load_pack(x1 + off), v1s);
+                unpack(load_pack(x2 + off), v2s);
+#if SCAN_CELL == 2
+                unpack(load_pack(x3 + off), v3s);
+#endif
+                const bool has_prev = t > 0 || h0 != nullptr;
+                if (t > 0) unpack(load_pack(h + off - D), hs);
+                else if (h0 != nullptr) unpack(load_pack(h0 + (long long)at.batch * D + at.d), hs);
+                float g1[SCAN_VEC], g2[SCAN_VEC];
+#if SCAN_CELL == 2
+                float g3[SCAN_VEC];
+#endif
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) {
+                    const float dh = state[j];
+                    const float grad_a = has_prev ? dh * hs[j] : 0.0f;
+                    const float v1 = v1s[j], v2 = v2s[j];
+                    float a_t;
+#if SCAN_CELL == 0
+                    a_t = v1;
+                    g1[j] = grad_a;
+                    g2[j] = dh;
+#elif SCAN_CELL == 1
+                    float z;  // z (1 - z) as sigmoid(k) sigmoid(-k): no cancellation near z = 1
+                    sigmoid_pair(v1, z, a_t);
+                    g1[j] = (dh * candidate(v2) - grad_a) * z * a_t;
+                    g2[j] = dh * z * candidate_grad(v2);
+#else
+                    // a = f / (f + i), b = i / (f + i) g: da/df = -db/df = i / (f + i)^2, da/di = -db/di =
+                    // -f / (f + i)^2, so with f' = f sigmoid(-x1): dL/dx1 = a bi (grad_a - dh g) sigmoid(-x1),
+                    // dL/dx2 the negation with sigmoid(-x2).
+                    const float v3 = v3s[j];
+                    float bi;
+                    lstm_gates(v1, v2, a_t, bi);
+                    const float common = a_t * bi * (grad_a - dh * candidate(v3));
+                    g1[j] = common * sigmoid_of_neg(v1);
+                    g2[j] = -common * sigmoid_of_neg(v2);
+                    g3[j] = dh * bi * candidate_grad(v3);
+#endif
+                    if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)at.batch * D + at.d + j] = a_t * dh;
+                }
+                store_pack(y1 + off, g1);
+                store_pack(y2 + off, g2);
+#if SCAN_CELL == 2
+                store_pack(y3 + off, g3);
+#endif
+#else
+                store_pack(y1 + off, state);
+#endif
+            }
+        }
+    };
+
     // One chunk with outputs: phase 1; phase 2, each row's carry-in from the chunk's (`carry`, which then holds the
     // chunk's final state), written over s_a by the threads owning channels tx * SCAN_VEC + j,
-    // j = ty + k * SCAN_THREADS_T < SCAN_VEC; phase 3, each thread rescans its steps and writes the outputs.
+    // j = ty + k * SCAN_THREADS_T < SCAN_VEC; phase 3.
     auto scan_chunk = [&](int buf, const ChunkAt& at) {
-        fold_steps(buf, at);
+        const bool full = at.complete(T);
+        if (full) fold_steps(buf, at, Flag<true>());
+        else fold_steps(buf, at, Flag<false>());
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
@@ -392,84 +492,16 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             }
         }
         __syncthreads();
-        if (at.active) {
-            float state[SCAN_VEC];
-            load_row(s_a, ty, state);
-#pragma unroll
-            for (int i = 0; i < SCAN_STEPS; ++i) {
-                const int s = at.s0 + i;
-                if (s < T) {
-#if SCAN_CELL == 0
-                    float ma_i[SCAN_VEC], mb_i[SCAN_VEC];
-                    step_maps(buf, at, i, ma_i, mb_i);
-#pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma_i[j], state[j], mb_i[j]);
-#else
-#pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma[i][j], state[j], mb[i][j]);
-#endif
-                    const long long off = at.base + (long long)i * at.step;
-#if SCAN_REVERSE
-                    const int t = at.t0 - i;
-                    const pack_t q1 = load_pack(x1 + off), q2 = load_pack(x2 + off);
-#if SCAN_CELL == 2
-                    const pack_t q3 = load_pack(x3 + off);
-#endif
-                    pack_t hp;
-                    const bool has_prev = t > 0 || h0 != nullptr;
-                    if (t > 0) hp = load_pack(h + off - D);
-                    else if (h0 != nullptr) hp = load_pack(h0 + (long long)at.batch * D + at.d);
-                    float g1[SCAN_VEC], g2[SCAN_VEC];
-#if SCAN_CELL == 2
-                    float g3[SCAN_VEC];
-#endif
-#pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) {
-                        const float dh = state[j];
-                        const float grad_a = has_prev ? dh * to_float(hp.v[j]) : 0.0f;
-                        const float v1 = to_float(q1.v[j]), v2 = to_float(q2.v[j]);
-                        float a_t;
-#if SCAN_CELL == 0
-                        a_t = v1;
-                        g1[j] = grad_a;
-                        g2[j] = dh;
-#elif SCAN_CELL == 1
-                        float z;  // z (1 - z) as sigmoid(k) sigmoid(-k): no cancellation near z = 1
-                        sigmoid_pair(v1, z, a_t);
-                        g1[j] = (dh * candidate(v2) - grad_a) * z * a_t;
-                        g2[j] = dh * z * candidate_grad(v2);
-#else
-                        // a = f / (f + i), b = i / (f + i) g: da/df = -db/df = i / (f + i)^2, da/di = -db/di =
-                        // -f / (f + i)^2, so with f' = f sigmoid(-x1): dL/dx1 = a bi (grad_a - dh g) sigmoid(-x1),
-                        // dL/dx2 the negation with sigmoid(-x2).
-                        const float v3 = to_float(q3.v[j]);
-                        float bi;
-                        lstm_gates(v1, v2, a_t, bi);
-                        const float common = a_t * bi * (grad_a - dh * candidate(v3));
-                        g1[j] = common * sigmoid_of_neg(v1);
-                        g2[j] = -common * sigmoid_of_neg(v2);
-                        g3[j] = dh * bi * candidate_grad(v3);
-#endif
-                        if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)at.batch * D + at.d + j] = a_t * dh;
-                    }
-                    store_pack(y1 + off, g1);
-                    store_pack(y2 + off, g2);
-#if SCAN_CELL == 2
-                    store_pack(y3 + off, g3);
-#endif
-#else
-                    store_pack(y1 + off, state);
-#endif
-                }
-            }
-        }
+        if (full) rescan(buf, at, Flag<true>());
+        else if (at.active) rescan(buf, at, Flag<false>());
         __syncthreads();  // s_a is read before the next chunk's phase 1 writes it
     };
 
     // One chunk of pass A: phase 1, then the owners fold the rows' maps into the segment's map so far.
     float acc_a[SCAN_OWNED], acc_b[SCAN_OWNED];  // per owned channel
     auto fold_chunk = [&](int buf, const ChunkAt& at) {
-        fold_steps(buf, at);
+        if (at.complete(T)) fold_steps(buf, at, Flag<true>());
+        else fold_steps(buf, at, Flag<false>());
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
