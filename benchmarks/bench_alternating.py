@@ -1,7 +1,7 @@
 """Alternating backend benchmark: one head of 2048 and 4096 (LSTM, B=16, T=1024, bf16/fp16/fp32), forward and
 forward+backward, against torch.nn.LSTM (cuDNN) in the same run. Writes ``alternating.{csv,md}``; the crossover
-section times the fused kernel and the alternating backend where both run (bf16) and records what `choose` picks:
-``alternating_crossover.{csv,md}``.
+section times the fused kernel and the alternating backend where both run (bf16 and fp32) and records what `choose`
+picks: ``alternating_crossover.{csv,md}``. ``--sections crossover`` runs only that section.
 
 cuDNN is timed twice: with ``input_size = hidden`` (as used, its input projection included) and with
 ``input_size = 8`` (the recurrence alone, comparable to our precomputed Wx). Each problem is first checked against
@@ -9,6 +9,7 @@ the float64 reference at T = CHECK_SEQ (relative error = max abs error / max abs
 
     python benchmarks/bench_alternating.py             # the full run (GPU)
     python benchmarks/bench_alternating.py --quick     # H = 256, T = 64: a plumbing check
+    python benchmarks/bench_alternating.py --sections crossover --dtypes fp32   # choose()'s fp32 picks
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from anchors import cudnn
 HIDDEN = (2048, 4096)
 BATCH, SEQ, CHECK_SEQ = 16, 1024, 32
 TARGET_HIDDEN = 4096  # target: no slower than cuDNN (recurrence alone) here
+SECTIONS = ("cudnn", "crossover")
 CROSSOVER = ((64, 12), (256, 3), (512, 1), (768, 1), (1024, 1), (1024, 2))  # (DH, NH), both backends run
 
 
@@ -127,24 +129,27 @@ def run(hiddens: Sequence[int], dtypes: Sequence[str], seq: int, repeat: int) ->
     return rows
 
 
-def crossover(shapes: Sequence[tuple[int, int]], seq: int, repeat: int) -> list[dict]:
-    """Fused vs alternating (LSTM, bf16, B = BATCH) where the fused kernel has a plan, and `choose`'s pick."""
+def crossover(shapes: Sequence[tuple[int, int]], seq: int, repeat: int, dtypes: Sequence[str]) -> list[dict]:
+    """Fused vs alternating (LSTM, B = BATCH) in each of `dtypes` where the fused kernel has a plan, and `choose`'s
+    pick (which it makes from predicted times: the rows check it)."""
     from flashrnn_kernels.alternating import choose, flashrnn_alternating
     from flashrnn_kernels.fused.function import flashrnn_fused
 
     rows = []
-    for head_dim, num_heads in shapes:
+    for (head_dim, num_heads), name in ((shape, name) for name in dtypes for shape in shapes):
+        dtype = common.DTYPES[name]
         errors: list[str] = []
-        args = (common.randn(BATCH, seq, 4, num_heads, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True),
-                common.randn(4, num_heads, head_dim, head_dim, dtype=torch.bfloat16, device="cuda",
+        args = (common.randn(BATCH, seq, 4, num_heads, head_dim, dtype=dtype, device="cuda", requires_grad=True),
+                common.randn(4, num_heads, head_dim, head_dim, dtype=dtype, device="cuda",
                              scale=head_dim**-0.5, requires_grad=True),
-                common.randn(4, num_heads, head_dim, dtype=torch.bfloat16, device="cuda", scale=0.5, requires_grad=True),
-                common.randn(2, BATCH, num_heads, head_dim, dtype=torch.bfloat16, device="cuda", scale=0.5,
+                common.randn(4, num_heads, head_dim, dtype=dtype, device="cuda", scale=0.5, requires_grad=True),
+                common.randn(2, BATCH, num_heads, head_dim, dtype=dtype, device="cuda", scale=0.5,
                              requires_grad=True))
-        grads = (common.randn(BATCH, seq, num_heads, head_dim, dtype=torch.bfloat16, device="cuda"),
-                 common.randn(2, BATCH, num_heads, head_dim, dtype=torch.bfloat16, device="cuda"))
-        choice = choose("lstm", BATCH, num_heads, head_dim, torch.bfloat16)
-        row: dict = {"head_dim": head_dim, "num_heads": num_heads, "B": BATCH, "T": seq, "choose": choice.backend}
+        grads = (common.randn(BATCH, seq, num_heads, head_dim, dtype=dtype, device="cuda"),
+                 common.randn(2, BATCH, num_heads, head_dim, dtype=dtype, device="cuda"))
+        choice = choose("lstm", BATCH, num_heads, head_dim, dtype)
+        row: dict = {"dtype": name, "head_dim": head_dim, "num_heads": num_heads, "B": BATCH, "T": seq,
+                     "choose": choice.backend}
         for impl, op in (("fused", flashrnn_fused), ("alternating", flashrnn_alternating)):
             fns = common.grad_closures(lambda *tensors, op=op: op(*tensors, "lstm"), args, grads)
             for direction, fn in zip(("fwd", "fwd+bwd"), fns):
@@ -162,7 +167,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="H = 256, T = 64, bf16 only")
     p.add_argument("--dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16", "fp16", "fp32"))
     p.add_argument("--repeat", type=int, default=10, help="timed calls per measurement (median reported)")
+    p.add_argument("--sections", type=common.parse_names(SECTIONS), default=SECTIONS,
+                   help="comma-separated: 'cudnn' (one head of 2048 / 4096 vs cuDNN), 'crossover' (vs the fused kernel)")
     args = p.parse_args(argv)
+    if "cudnn" in args.sections:
+        _cudnn_section(args)
+    if "crossover" in args.sections and torch.cuda.is_available():
+        dtypes = ("bf16",) if args.quick else tuple(d for d in args.dtypes if d in ("bf16", "fp32"))
+        shapes = CROSSOVER[:2] if args.quick else CROSSOVER
+        rows = crossover(shapes, 64 if args.quick else SEQ, 3 if args.quick else args.repeat, dtypes)
+        notes = [("LSTM: the fused kernel and the alternating backend where both run; `choose` is "
+                  "flashrnn_kernels.alternating.choose (fused unless the alternating backend is predicted much "
+                  "faster).")]
+        print(common.write_results("alternating_crossover_quick" if args.quick else "alternating_crossover", rows,
+                                   title="Fused kernel vs alternating backend", notes=notes))
+    return 0
+
+
+def _cudnn_section(args: argparse.Namespace) -> None:
     if args.quick:
         rows = run((256,), ("bf16",), 64, 3)
     else:
@@ -174,15 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"warm-up; target: alternating no slower than cuDNN for H = {TARGET_HIDDEN}.")]
     print(common.write_results("alternating_quick" if args.quick else "alternating", rows,
                                title="Alternating backend vs cuDNN", notes=notes))
-    if torch.cuda.is_available():
-        shapes = CROSSOVER[:2] if args.quick else CROSSOVER
-        rows = crossover(shapes, 64 if args.quick else SEQ, 3 if args.quick else args.repeat)
-        notes = [("LSTM bf16: the fused kernel and the alternating backend where both run; `choose` is "
-                  "flashrnn_kernels.alternating.choose (fused unless the alternating backend is predicted much "
-                  "faster).")]
-        print(common.write_results("alternating_crossover_quick" if args.quick else "alternating_crossover", rows,
-                                   title="Fused kernel vs alternating backend", notes=notes))
-    return 0
 
 
 if __name__ == "__main__":

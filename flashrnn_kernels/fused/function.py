@@ -23,6 +23,7 @@ from ..cells import get_cell
 from ..library import flashrnn_op
 from ..runtime.codegen import render
 from ..runtime.compile import get_kernel
+from ..runtime.device import device_gpu as _device_gpu
 from ..runtime.launch import launch
 from ..validation import check_kernel_inputs
 from .plan import KernelPlan, plan
@@ -37,13 +38,6 @@ EXCHANGE = os.environ.get("FLASHRNN_EXCHANGE") or None
 
 _NON_PORTABLE_CLUSTER_ATTRIBUTE = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _MAX_GRID_Y = 65535
-
-
-@functools.cache
-def _device_gpu(index: int) -> Any:
-    import hwmodels
-
-    return hwmodels.detect(index)
 
 
 @functools.lru_cache(maxsize=256)

@@ -16,6 +16,7 @@ from typing import Any
 import hwmodels
 from constrint import Infeasible, Model, Solution
 
+from ..runtime.device import current_gpu
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
@@ -145,7 +146,7 @@ def gpu_model(gpu: Any) -> Any:
     """The hwmodels GPUModel of `gpu`: a GPUModel, a name, or None for the current device (PlanError if unknown)."""
     if gpu is None:
         try:
-            return hwmodels.detect()
+            return current_gpu()
         except Exception as exc:  # no driver, no device, or an unknown device
             raise PlanError(f"cannot detect the current GPU ({exc}); pass gpu= a hwmodels name such as "
                             f"'H100-SXM5-80GB' (known: {', '.join(hwmodels.available())})") from exc

@@ -14,9 +14,8 @@ import functools
 
 import torch
 
-import hwmodels
-
 from ..runtime.compile import get_kernel
+from ..runtime.device import device_gpu as _device_gpu
 from ..runtime.launch import current_stream_handle, launch
 from .plan import ScanPlan, plan
 from .problem import ScanProblem, bucket
@@ -28,11 +27,6 @@ EPOCH_LIMIT = 1 << 31
 state): epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
 
 _plans: dict[tuple, ScanPlan] = {}
-
-
-@functools.cache
-def _device_gpu(index: int) -> hwmodels.GPUModel:
-    return hwmodels.detect(index)
 
 
 def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:

@@ -178,3 +178,33 @@ def test_dtype_spellings_and_bad_arguments():
     with pytest.raises(ValueError, match="known cells"):
         plan("lsmt", 4, 2, 32, "bf16", gpu="H200")
     assert set(HEAD_DIMS) == {16, 32, 64, 128, 256, 512, 768, 1024}
+
+
+def test_no_gpu_argument_means_torchs_current_device(monkeypatch):
+    """gpu=None plans for the device torch calls current (not always device 0), detected once per device."""
+    import torch
+
+    from flashrnn_kernels.runtime import device
+
+    detected = []
+    device.device_gpu.cache_clear()
+    monkeypatch.setattr(device.hwmodels, "detect",
+                        lambda index=0: detected.append(index) or hwmodels.load("H100-SXM5-80GB"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    try:
+        first = plan("lstm", 16, 12, 64, "bf16")
+        assert plan("lstm", 16, 12, 64, "bf16") == first and first.gpu == "H100-SXM5-80GB"
+        assert detected == [1]
+    finally:
+        device.device_gpu.cache_clear()
+
+
+def test_no_gpu_and_no_device_says_what_to_pass(monkeypatch):
+    import torch
+
+    def no_device():
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(torch.cuda, "current_device", no_device)
+    with pytest.raises(PlanError, match="pass gpu= a hwmodels name"):
+        plan("lstm", 16, 12, 64, "bf16")
