@@ -16,7 +16,7 @@ import pytest
 
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
 from flashrnn_kernels.scan.plan import (CARRIES, MIN_RESIDENT_WARPS, build_model, carry_plan, estimate_ns, objective,
-                                        plan, register_cap, register_need)
+                                        WORK_MODELS, plan, register_cap, register_need)
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
@@ -54,6 +54,10 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert sol["time_ns"] == p.estimate_ns == estimate_ns(p, gpu)
         if problem.hidden_dim % (16 // problem.element_bytes) == 0:
             assert p.vec * problem.element_bytes == 16, "16-byte accesses whenever D allows them"
+        work = WORK_MODELS[problem.cell]
+        widest = 1 << (problem.hidden_dim.bit_length() - 1)  # channels: the largest power of two within D
+        assert p.tile * problem.element_bytes >= work.min_row_bytes or p.tile >= widest, "rows span whole lines"
+        assert p.threads_d in work.threads_d
 
 
 def test_carry_mode_is_the_fastest_modelled():
