@@ -14,13 +14,14 @@ the same run. Each measurement's repeat count is cut to about 200 ms of device t
 few minutes at most, most of it compiling and allocating; every T here is a power of two, as accelerated-scan
 requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
 `--plans` times the best plan of each carry mode (whole, resident, chained lanes) and their neighbours next to
-the time model (results/scan_plans.*).
+the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of a grid (results/scan_block_sweep.*).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import importlib
+import itertools
 import json
 import subprocess
 import sys
@@ -112,6 +113,65 @@ def bench_linear(shape, dname, copy_bw, impl):
     return [_row("linear_scan", impl, shape, dname, ms, moved, copy_bw, error=err)]
 
 
+def _launchable(trial, gpu, hidden_dim):
+    """`trial` with the occupancy and register cap its block shape gets on `gpu`, or None where it cannot launch."""
+    need = register_need(trial.problem.cell, trial.steps, trial.vec)
+    smem = trial.smem_bytes + trial.stage_bytes
+    if trial.threads % 32 or trial.threads > 1024 or trial.tile > hidden_dim or smem > gpu.smem_per_block_optin:
+        return None
+    try:
+        occupancy = hwmodels.blocks_per_sm(gpu, trial.threads, need, smem).blocks_per_sm
+    except hwmodels.LaunchConfigError:  # this block cannot launch with that many registers
+        return None
+    if occupancy == 0:
+        return None
+    return dataclasses.replace(trial, min_blocks=occupancy, regs_estimate=register_cap(gpu, trial.threads, occupancy))
+
+
+SWEEP_GRID = {"threads_d": (8, 12, 16, 24), "threads_t": (4, 8, 16, 32), "steps": (2, 4, 8), "stages": (2, 3, 4)}
+SWEEP_MIN_IN_FLIGHT = 32 * 1024
+"""Block shapes whose resident blocks keep fewer staged bytes in flight per SM are left out (memory-latency bound)."""
+
+
+def block_sweep(copy_bw) -> list[dict]:
+    """linear_scan forward with every whole-lane block shape of SWEEP_GRID (at least 2 warps and 16 steps per chunk)
+    at [8, T, 1536], T = 4,096 and 16,384: each shape's output checked against the solver's plan's, then timed."""
+    rows = []
+    D = 1536
+    for dname, dtype in DTYPES.items():
+        data = {}
+        for T in (4096, 16384):
+            data[T] = ((torch.rand(8, T, D, device="cuda") * 0.5 + 0.5).to(dtype),
+                       torch.randn(8, T, D, device="cuda").to(dtype))
+        a, b = data[4096]
+        chosen = device_plan("linear", a, "forward")
+        expected = run_scan("linear", "forward", (a, b), None, kernel_plan=chosen)[0].float()
+        gpu = _device_gpu(a.device.index or 0)
+        base = carry_plan(chosen.problem, gpu, "whole")
+        for shape in itertools.product(*SWEEP_GRID.values()):
+            trial = _launchable(dataclasses.replace(base, **dict(zip(SWEEP_GRID, shape))), gpu, D)
+            if trial is None or trial.threads < 64 or trial.chunk_len < 16:
+                continue
+            if trial.min_blocks * (trial.stages - 1) * trial.stage_bytes // trial.stages < SWEEP_MIN_IN_FLIGHT:
+                continue
+            got = run_scan("linear", "forward", (a, b), None, kernel_plan=trial)[0].float()
+            row = {"dtype": dname, **dict(zip(SWEEP_GRID, shape)), "min_blocks": trial.min_blocks,
+                   "row bytes": trial.tile * a.element_size(), "lanes": 8 * trial.d_tiles(D),
+                   "solver's plan": trial == chosen,
+                   "rel err vs solver's plan": float((got - expected).abs().max() / expected.abs().max())}
+            errors = []
+            for T, (x, y) in data.items():
+                (_, ms), err = _time(lambda x=x, y=y, trial=trial: run_scan("linear", "forward", (x, y), None,
+                                                                          kernel_plan=trial))
+                row[f"% of copy T={T}"] = 100 * 3 * x.numel() * x.element_size() / (ms * 1e-3) / copy_bw
+                errors += [f"T={T}: {err}"] if err else []
+            row["error"] = "; ".join(errors)
+            rows.append(row)
+            print(row, flush=True)
+        del data, a, b
+    return rows
+
+
 def _neighbours(base):
     """`base` and the plans one step away from it in one field (threads_d, threads_t, steps: halved or doubled;
     stages, except for chained plans, which stage one chunk: one more or fewer, at least two)."""
@@ -144,18 +204,9 @@ def plan_sweep(copy_bw) -> list[dict]:
                     print(f"no {carry} plan for {shape} {dname}: {exc}")
                     continue
                 for trial in _neighbours(base):
-                    need = register_need("linear", trial.steps, trial.vec)
-                    smem = trial.smem_bytes + trial.stage_bytes
-                    if trial.threads % 32 or trial.threads > 1024 or trial.tile > D or smem > gpu.smem_per_block_optin:
+                    trial = _launchable(trial, gpu, D)
+                    if trial is None:
                         continue
-                    try:
-                        occupancy = hwmodels.blocks_per_sm(gpu, trial.threads, need, smem).blocks_per_sm
-                    except hwmodels.LaunchConfigError:  # this block cannot launch with that many registers
-                        continue
-                    if occupancy == 0:
-                        continue
-                    trial = dataclasses.replace(trial, min_blocks=occupancy,
-                                                regs_estimate=register_cap(gpu, trial.threads, occupancy))
                     try:
                         model_us = estimate_ns(trial, gpu) / 1e3
                     except Exception:  # outside the model's constraints (e.g. fewer warps than it admits)
@@ -167,7 +218,7 @@ def plan_sweep(copy_bw) -> list[dict]:
                     rows.append(_row("linear_scan", label, shape, dname, ms, 3 * a.numel() * a.element_size(),
                                      copy_bw, carry=carry, threads_d=trial.threads_d,
                                      threads_t=trial.threads_t, steps=trial.steps, stages=trial.stages,
-                                     vec=trial.vec, min_blocks=occupancy, model_us=model_us, error=err))
+                                     vec=trial.vec, min_blocks=trial.min_blocks, model_us=model_us, error=err))
             del a, b
     return rows
 
@@ -253,6 +304,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--quick", action="store_true",
                         help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
     parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
+    parser.add_argument("--sweep", action="store_true", help="only the block-shape sweep of whole lanes (SWEEP_GRID)")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -267,6 +319,11 @@ def main(argv=None) -> list[dict]:
     if args.plans:
         rows = plan_sweep(copy_bw)
         print(write_results("scan_plans", rows, title="linear_scan forward: the solver's plan and its neighbours",
+                            notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
+        return rows
+    if args.sweep:
+        rows = block_sweep(copy_bw)
+        print(write_results("scan_block_sweep", rows, title="linear_scan forward: whole-lane block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     thin = (1, 65536, 64)  # shapes are [B, T, D]: the issue's [8, 1536, T] and [1, 64, 65536] in (B, D, T) order
