@@ -312,10 +312,16 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(smem <= gpu.smem_per_block_optin, name="smem_per_block")
     m.add(static_smem(tt, tile) <= gpu.smem_per_block, name="static_smem_per_block")
     m.add(occ * threads <= gpu.max_threads_per_sm, name="occupancy_threads")
-    m.add(occ * need * threads <= gpu.regs_per_sm, name="occupancy_registers")  # launch-bound cap >= need
+    # registers go to warps, each warp's from one of the register file's partitions (as hwmodels.blocks_per_sm
+    # counts them); need is a multiple of 8, so a warp's need is whole allocation units
+    parts, warp_regs = gpu.register_file_partitions, need * gpu.warp_size
+    reg_warps = m.int_var(0, gpu.max_warps_per_sm, "warps_per_partition_by_registers")
+    m.add(reg_warps * warp_regs <= gpu.regs_per_sm // parts, name="partition_registers")
+    m.add((reg_warps + 1) * warp_regs > gpu.regs_per_sm // parts, name="partition_registers_all_used")
+    m.add(occ * threads <= parts * reg_warps * gpu.warp_size, name="occupancy_registers")  # launch-bound cap >= need
     m.add(occ * smem <= gpu.smem_per_sm, name="occupancy_smem")
     m.add(m.any_of([occ == min(16, gpu.max_blocks_per_sm), (occ + 1) * threads > gpu.max_threads_per_sm,
-                    (occ + 1) * need * threads > gpu.regs_per_sm, (occ + 1) * smem > gpu.smem_per_sm]),
+                    (occ + 1) * threads > parts * reg_warps * gpu.warp_size, (occ + 1) * smem > gpu.smem_per_sm]),
           name="occupancy_is_the_most_that_fits")
     m.add(occ * threads >= MIN_RESIDENT_WARPS * gpu.warp_size, name="resident_warps")
 
