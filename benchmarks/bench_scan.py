@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import plot, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
-from flashrnn_kernels.scan.plan import CARRIES, carry_plan, estimate_ns, register_cap, register_need  # noqa: E402
+from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, carry_plan, estimate_ns, register_cap,  # noqa: E402
+                                        register_need)
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -150,7 +151,7 @@ def block_sweep(copy_bw) -> list[dict]:
         base = carry_plan(chosen.problem, gpu, "whole")
         for shape in itertools.product(*SWEEP_GRID.values()):
             trial = _launchable(dataclasses.replace(base, **dict(zip(SWEEP_GRID, shape))), gpu, D)
-            if trial is None or trial.threads < 64 or trial.chunk_len < 16:
+            if trial is None or trial.threads < 64 or trial.chunk_len < MIN_CHUNK:
                 continue
             if trial.min_blocks * (trial.stages - 1) * trial.stage_bytes // trial.stages < SWEEP_MIN_IN_FLIGHT:
                 continue

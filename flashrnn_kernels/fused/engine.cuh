@@ -297,7 +297,6 @@ __device__ __forceinline__ void stage_rows(void* dst, const void* src, long long
 // ---- block / cluster synchronisation and the exchange of a block's slice of the recurrent vector ----
 
 // The barrier of the blocks that read each other's shared memory: the cluster's, else the block's.
-
 __device__ __forceinline__ void cluster_barrier() {
 #if CLUSTERED
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");

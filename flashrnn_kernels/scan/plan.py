@@ -84,6 +84,8 @@ STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (1, 2, 3, 4)
 """1 only for chained segments (one chunk, nothing to stage ahead)."""
 POW2 = tuple(2**k for k in range(11))
+POW2_ROWS = tuple(v for v in POW2 if v <= 32)
+"""Thread rows per block: phase 2 combines them one after another."""
 POW2_AND_THREES = tuple(sorted(set(POW2) | {3 * v for v in POW2}))
 """Powers of two and three times them (a tile of 96 channels splits 1536 = 3 * 512 into 16 lanes per batch row:
 128 lanes for B = 8 on 132 SMs)."""
@@ -123,8 +125,6 @@ thread streamed at 41%, 68% and 93-98% (bf16), which chunk_ns, row_ns and elemen
 (bf16) for the 64-byte rows of the minGRU / minLSTM model. The minGRU / minLSTM kernels compute exponentials and
 reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
 their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms)."""
-POW2_ROWS = tuple(v for v in POW2 if v <= 32)
-"""Thread rows per block: phase 2 combines them one after another."""
 
 
 def linear_register_need(steps):
@@ -299,7 +299,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
     min_tile = min(work.min_row_bytes // esize, 1 << (dim.bit_length() - 1))
-    m.add(tile >= min_tile, name="row_spans_two_sectors")
+    m.add(tile >= min_tile, name="row_spans_min_row_bytes")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
     if problem.cell == "linear":
