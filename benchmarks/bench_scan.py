@@ -14,12 +14,15 @@ the same run. Each measurement's repeat count is cut to about 200 ms of device t
 few minutes at most, most of it compiling and allocating; every T here is a power of two, as accelerated-scan
 requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
 `--plans` times the best plan of each carry mode (whole, resident, chained lanes) and their neighbours next to
-the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of a grid (results/scan_block_sweep.*).
+the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of a grid
+(results/scan_block_sweep.*); `--thin-sweep` every chained block shape of every scan kernel at [1, 65536, 64] in
+fp32 (results/scan_thin_sweep.*).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import itertools
 import json
@@ -173,6 +176,61 @@ def block_sweep(copy_bw) -> list[dict]:
     return rows
 
 
+THIN_GRID = {"threads_d": (4, 8, 16), "threads_t": (4, 8, 16, 32), "steps": (2, 4, 8, 16)}
+THIN_KERNELS = (("linear", "forward"), ("linear", "backward"), ("min_gru", "forward"), ("min_gru", "backward"),
+                ("min_lstm", "forward"), ("min_lstm", "backward"))
+
+
+def _thin_data(cell, shape, dtype):
+    """(inputs, h0, dy, h) of `cell` at `shape`: random inputs (linear: decays in (0.5, 1)), h from the forward."""
+    n = 2 if cell != "min_lstm" else 3
+    inputs = [torch.randn(*shape, device="cuda").to(dtype) for _ in range(n)]
+    if cell == "linear":
+        inputs[0] = (torch.rand(*shape, device="cuda") * 0.5 + 0.5).to(dtype)
+    h = run_scan(cell, "forward", tuple(inputs), None)[0]
+    return tuple(inputs), torch.randn(*shape, device="cuda").to(dtype), h
+
+
+def thin_sweep(copy_bw, dname="fp32") -> list[dict]:
+    """Every chained block shape of THIN_GRID (at least 2 warps, 16 steps per chunk) for each kernel of THIN_KERNELS
+    at [1, 65536, 64]: each checked against the solver's plan's outputs, then timed (device time, CUDA graph)."""
+    shape, dtype, rows = (1, 65536, 64), DTYPES[dname], []
+    for cell, direction in THIN_KERNELS:
+        inputs, dy, h = _thin_data(cell, shape, dtype)
+        extra = {"dy": dy, "h": h} if direction == "backward" else {}
+        chosen = device_plan(cell, inputs[0], direction)
+        gpu = _device_gpu(inputs[0].device.index or 0)
+        expected = run_scan(cell, direction, inputs, None, **extra, kernel_plan=chosen)[:len(inputs)]
+        expected = [t.float() for t in expected]
+        base = carry_plan(chosen.problem, gpu, "chained")
+        moved = (len(inputs) + 1 if direction == "forward" else 2 * len(inputs) + 2) * dy.numel() * dy.element_size()
+        for values in itertools.product(*THIN_GRID.values()):
+            trial = _launchable(dataclasses.replace(base, **dict(zip(THIN_GRID, values))), gpu, shape[2])
+            if trial is None or trial.threads < 64 or trial.chunk_len < MIN_CHUNK:
+                continue
+            run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
+            try:
+                got = [t.float() for t in run()[:len(inputs)]]
+                err = max(float((g - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+            except Exception as exc:  # a shape that does not compile or launch: recorded, the sweep goes on
+                rows.append({"cell": cell, "direction": direction, **dict(zip(THIN_GRID, values)),
+                             "error": f"{type(exc).__name__}: {exc}"[:160]})
+                continue
+            (_, ms), terr = _time(run)
+            try:
+                model_us = estimate_ns(trial, gpu) / 1e3
+            except Exception:  # outside the model's constraints
+                model_us = float("nan")
+            rows.append({"cell": cell, "direction": direction, "dtype": dname, **dict(zip(THIN_GRID, values)),
+                         "min_blocks": trial.min_blocks, "blocks": trial.d_tiles(shape[2]) * trial.chunks(shape[1]),
+                         "solver's plan": trial == chosen, "us": 1e3 * ms, "model us": model_us,
+                         "% of copy": 100 * moved / (ms * 1e-3) / copy_bw, "rel err vs solver's plan": err,
+                         "error": terr or ""})
+            print(rows[-1], flush=True)
+        del inputs, dy, h
+    return rows
+
+
 def _neighbours(base):
     """`base` and the plans one step away from it in one field (threads_d, threads_t, steps: halved or doubled;
     stages, except for chained plans, which stage one chunk: one more or fewer, at least two)."""
@@ -306,6 +364,8 @@ def main(argv=None) -> list[dict]:
                         help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
     parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
     parser.add_argument("--sweep", action="store_true", help="only the block-shape sweep of whole lanes (SWEEP_GRID)")
+    parser.add_argument("--thin-sweep", action="store_true",
+                        help="only the chained block-shape sweep of every scan kernel at [1, 65536, 64] (THIN_GRID)")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -320,6 +380,11 @@ def main(argv=None) -> list[dict]:
     if args.plans:
         rows = plan_sweep(copy_bw)
         print(write_results("scan_plans", rows, title="linear_scan forward: the solver's plan and its neighbours",
+                            notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
+        return rows
+    if args.thin_sweep:
+        rows = thin_sweep(copy_bw)
+        print(write_results("scan_thin_sweep", rows, title="scan kernels at [1, 65536, 64] fp32: chained block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.sweep:
