@@ -72,6 +72,15 @@ def test_long_odd_sequence_thin_shape(name):
     _check(name, torch.float32, 1, 65537, 64, True)
 
 
+@pytest.mark.parametrize("shape", [(2, 6), (1, 5000)])
+@pytest.mark.parametrize("D", [1, 3, 12])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_tiny_hidden_sizes(name, dtype, D, shape):
+    """A few channels per step: blocks of fewer than four warps, narrow accesses, chained lanes at T = 5000."""
+    _check(name, dtype, *shape, D, True)
+
+
 def test_fp16_and_non_tile_multiple_hidden_size():
     _check("linear", torch.float16, 2, 777, 1000, True)
     _check("min_gru", torch.float32, 2, 333, 500, False)
