@@ -109,12 +109,19 @@ class WorkModel:
     element_ns: int
     """Per element (step x channel) each thread handles per chunk: a warp runs the phases as one dependent
     instruction stream."""
+    chained_step_ns: tuple[int, int]
+    """A chained block's lifetime per step each thread handles (its chunk's two passes and the chain of look-backs
+    it waits on), forward and backward."""
+    resident: bool
+    """Whether lanes may be split into resident segments (each streams its inputs twice and runs its chunks' work
+    twice)."""
 
 
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, threads_d=POW2_AND_THREES, sm_share=(5, 4), chunk_ns=250, row_ns=30,
-                        element_ns=10),
-    "min_gru": WorkModel(min_row_bytes=64, threads_d=POW2, sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0),
+                        element_ns=10, chained_step_ns=(0, 0), resident=True),
+    "min_gru": WorkModel(min_row_bytes=64, threads_d=POW2, sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
+                         chained_step_ns=(0, 3000), resident=False),
 }
 WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T,
@@ -124,7 +131,13 @@ thread streamed at 41%, 68% and 93-98% (bf16), which chunk_ns, row_ns and elemen
 96 channels, fp32 of 96) measured 85-87% (bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536, against 55-64%
 (bf16) for the 64-byte rows of the minGRU / minLSTM model. The minGRU / minLSTM kernels compute exponentials and
 reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
-their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms)."""
+their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). On the thin [1, 65536, 64]
+(chained segments; `bench_scan.py --thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives longer the
+more steps each thread handles, in the backward most: fp32 backward with 2 / 4 / 8 steps per thread 67 / 66 / 93 us
+(minGRU) and 84 / 98 / 220 us (minLSTM) at one chunk per block; chained_step_ns = 3000 backward picks 4 steps
+there. The forward's times vary less and not the same way in fp32 (4 steps best) and bf16 (4 better than 2), so
+it has no per-step term. Resident segments run their chunks' gate math twice: measured 1.2-2.6x slower than
+chained ones for these cells (fp32 forward and backward, bf16 backward), so they are not offered."""
 
 
 def linear_register_need(steps):
@@ -287,6 +300,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     carry = m.int_var(0, len(CARRIES) - 1, "carry")  # index into CARRIES
     m.add(carry == resident + 2 * chained, name="carry_is_one_mode")
     m.add(resident + chained <= 1, name="carry_modes_exclusive")
+    if not work.resident:
+        m.add(resident == 0, name="no_resident_segments_for_the_cell")
     m.add(m.any_of([chained == 1, stages >= 2]), name="stages_ahead_unless_chained")
     m.add(m.any_of([chained == 0, stages == 1]), name="chained_stages_one_chunk")
     split = resident + chained  # lanes split into segments
@@ -359,7 +374,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
                                    bw * work.sm_share[0]),
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
         "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt + work.element_ns * steps * vec),
-        "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + ROUND_NS),
+        "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + ROUND_NS
+                                         + work.chained_step_ns[problem.direction == "backward"] * steps),
     }
     wave = m.int_var(1, 10**12, "wave_ns")
     for name, bound in bounds.items():

@@ -71,6 +71,9 @@ def test_carry_mode_is_the_fastest_modelled():
             try:
                 best[carry] = carry_plan(problem, gpu, carry)
             except constrint.Infeasible as exc:
+                if carry == "resident" and not WORK_MODELS[problem.cell].resident:
+                    assert "no_resident_segments_for_the_cell" in str(exc)
+                    continue
                 assert carry == "chained" and "chained_only_when_lanes_leave_sms_idle" in str(exc)
                 assert problem.batch * problem.hidden_dim // (64 // problem.element_bytes) >= gpu.sm_count
         assert all(b.carry == carry for carry, b in best.items())
