@@ -16,7 +16,7 @@ import torch
 import common
 from flashrnn_kernels.scan import reference
 from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
-from flashrnn_kernels.scan.plan import CARRIES, carry_plan
+from flashrnn_kernels.scan.plan import CARRIES, kernel_plan_for_carry
 from flashrnn_kernels.scan.problem import ScanProblem
 
 B, T, D = 3, 1000, 96
@@ -43,8 +43,8 @@ def main() -> int:
             ref_h = loop(*ref_inputs)
             ref_grads = torch.autograd.grad(ref_h, ref_inputs, dy.cpu().double())
             for carry in CARRIES:
-                fwd, bwd = (carry_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
-                            for d in ("forward", "backward"))
+                fwd, bwd = (kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu,
+                                                  carry) for d in ("forward", "backward"))
                 (h,) = run_scan(name, "forward", inputs, h0, kernel_plan=fwd)
                 grads = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd)
                 for label, got, want in [("h", h, ref_h), *((f"grad{i}", g, r) for i, (g, r) in

@@ -27,6 +27,7 @@ it, else from DRAM; and its look-back adds LOOKBACK_NS plus ROUND_NS per round o
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -427,6 +428,17 @@ def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> Scan
     m = build_model(problem, gpu)
     m.add(m.var("carry") == CARRIES.index(carry), name="given_carry")
     return _plan(problem, gpu, m)
+
+
+def kernel_plan_for_carry(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> ScanPlan:
+    """`carry_plan`, or where the model offers no plan of that carry mode for the problem (chained segments where
+    lanes fill the GPU, resident ones for cells without them), the best whole-lane block shape run in that mode:
+    the kernel runs any block shape in any mode (tests and compute-sanitizer cover every mode this way)."""
+    try:
+        return carry_plan(problem, gpu, carry)
+    except constrint.Infeasible:
+        whole = carry_plan(problem, gpu, "whole")
+        return dataclasses.replace(whole, carry=carry, stages=1 if carry == "chained" else whole.stages)
 
 
 @functools.lru_cache(maxsize=256)

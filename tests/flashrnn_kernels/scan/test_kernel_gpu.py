@@ -130,21 +130,6 @@ def test_workspace_reuse_across_shapes_and_epoch_wrap():
         _check("min_gru", torch.float32, 2, 4000, 64, False)
 
 
-def _carry_plan(problem, gpu, carry):
-    """The best plan of the carry mode; where the planner offers no chained plan (lanes enough to fill the GPU), the
-    best whole-lane block shape run chained (the kernel takes any shape in any mode: many waves of chunks here)."""
-    import dataclasses
-
-    import constrint
-    from flashrnn_kernels.scan.plan import carry_plan
-
-    try:
-        return carry_plan(problem, gpu, carry)
-    except constrint.Infeasible:
-        assert carry == "chained"
-        return dataclasses.replace(carry_plan(problem, gpu, "whole"), carry=carry, stages=1)
-
-
 @pytest.mark.parametrize("shape", [(3, 1000, 96), (1, 5000, 64), (4, 700, 1536)])
 @pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -154,12 +139,13 @@ def test_every_carry_mode(name, dtype, carry, shape):
     solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
     reference."""
     from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
+    from flashrnn_kernels.scan.plan import kernel_plan_for_carry
     from flashrnn_kernels.scan.problem import ScanProblem
 
     B, T, D = shape
     n = OPS[name][2]
     gpu = _device_gpu(torch.cuda.current_device())
-    plans = [_carry_plan(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
+    plans = [kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
              for d in ("forward", "backward")]
     if name == "linear":
         inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
