@@ -190,8 +190,8 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
 #if HEAD_BLOCKS > 1
-        exchange.push(Vn, it, G, DH, u_block, ROWS);
-        exchange.wait(Vn, it, T - 1);
+        exchange.push(Vn, it);
+        exchange.wait(Vn, it);
 #endif
     }
 }

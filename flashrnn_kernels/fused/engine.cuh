@@ -323,17 +323,27 @@ __device__ __forceinline__ int cluster_rank() {
 // Buffer reuse is safe without a barrier: a block pushes fill f + VECTOR_BUFFERS into a peer only after it has
 // received fill f + VECTOR_BUFFERS - 1 from that peer, which the peer sent after reading fill f (with one buffer,
 // the kernels keep a cluster barrier between the read and the write).
+//
+// Both exchanges share one interface: init(smem_bars, global_buffer, valid_b, j_count, j_stride, col0, cols, first,
+// last) fixes the block's slice and the fills first .. last (each exchange reads the arguments it needs), then
+// push(V, fill) and wait(V, fill) once per fill.
 struct ClusterExchange {
     u32 bars;    // shared address of VECTOR_BUFFERS mbarriers, 8 bytes apart
     u32 parity;  // bit i: the phase parity of buffer i's next completion
     u32 bytes;   // bytes one fill brings from the peers
+    int j_count, j_stride, col0, cols, last;
 
     // Set up the mbarriers (thread 0) and expect fills first .. first + VECTOR_BUFFERS - 1 up to `last`; every
     // thread calls it. The caller's next cluster barrier publishes them to the peers before any push.
-    __device__ __forceinline__ void init(unsigned long long* smem_bars, unsigned long long*, int, int j_count, int,
-                                         int, int cols, int first, int last) {
+    __device__ __forceinline__ void init(unsigned long long* smem_bars, unsigned long long*, int, int j_count_,
+                                         int j_stride_, int col0_, int cols_, int first, int last_) {
         bars = smem_addr(smem_bars);
         parity = 0;
+        j_count = j_count_;
+        j_stride = j_stride_;
+        col0 = col0_;
+        cols = cols_;
+        last = last_;
         bytes = (u32)((HEAD_BLOCKS - 1) * BATCH_TILE * j_count * cols * (int)sizeof(elem_t));
 #if CLUSTERED
         if (threadIdx.x == 0) {
@@ -360,8 +370,7 @@ struct ClusterExchange {
 
     // Send this block's slice of `fill` (V: its buffer) to every peer. Call after a block barrier that follows
     // the slice's writes.
-    __device__ __forceinline__ void push(const elem_t* V, int fill, int j_count, int j_stride, int col0,
-                                         int cols) const {
+    __device__ __forceinline__ void push(const elem_t* V, int fill) const {
 #if CLUSTERED
         const int rank = cluster_rank();
         const int chunks = cols * (int)sizeof(elem_t) / 16, per_b = j_count * chunks;
@@ -384,7 +393,7 @@ struct ClusterExchange {
     }
 
     // Wait until every peer's slice of `fill` has landed, then expect the next fill of the same buffer.
-    __device__ __forceinline__ void wait(elem_t*, int fill, int last) {
+    __device__ __forceinline__ void wait(elem_t*, int fill) {
 #if CLUSTERED
         const int buf = VBUF(fill & 1);
         const u32 bar = bars + 8 * buf, phase = (parity >> buf) & 1;
@@ -427,13 +436,14 @@ __device__ __forceinline__ ulonglong2 load_words_relaxed(const unsigned long lon
 
 struct GlobalExchange {
     unsigned long long* slots;  // this (batch tile, head)'s two slots
-    int valid_b, j_stride, col0, cols;
+    int valid_b, j_count, j_stride, col0, cols;
 
-    __device__ __forceinline__ void init(unsigned long long*, unsigned long long* buffer, int valid_b_, int,
+    __device__ __forceinline__ void init(unsigned long long*, unsigned long long* buffer, int valid_b_, int j_count_,
                                          int j_stride_, int col0_, int cols_, int, int) {
         const int head = blockIdx.x / HEAD_BLOCKS;
         slots = buffer + ((size_t)blockIdx.y * NUM_HEADS + head) * 2 * BATCH_TILE * ROW_WORDS;
         valid_b = valid_b_;
+        j_count = j_count_;
         j_stride = j_stride_;
         col0 = col0_;
         cols = cols_;
@@ -446,7 +456,7 @@ struct GlobalExchange {
     }
 
     // Publish this block's slice of `fill` (V: its buffer). Call after a block barrier that follows the writes.
-    __device__ __forceinline__ void push(const elem_t* V, int fill, int j_count, int, int, int) const {
+    __device__ __forceinline__ void push(const elem_t* V, int fill) const {
         unsigned long long* dst = slots + (fill & 1) * BATCH_TILE * ROW_WORDS;
         const unsigned long long tag = (unsigned long long)(fill + 1) << 32;
         const int per_j = cols / PAYLOAD_ELEMS, per_b = j_count * per_j;
@@ -462,7 +472,7 @@ struct GlobalExchange {
     // batch rows past valid_b become zero. Each thread polls its words in rounds: every stale word of the batch is
     // reloaded at once, so a thread waits about one L2 round trip after the last of them lands (reloading one word
     // at a time would queue a round trip per word). Ends with a block barrier.
-    __device__ __forceinline__ void wait(elem_t* V, int fill, int) const {
+    __device__ __forceinline__ void wait(elem_t* V, int fill) const {
         const unsigned long long* src = slots + (fill & 1) * BATCH_TILE * ROW_WORDS;
         const u32 tag = (u32)fill + 1;
         constexpr int PAIRS = BATCH_TILE * ROW_WORDS / 2;

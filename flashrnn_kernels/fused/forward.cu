@@ -157,8 +157,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
         __syncthreads();
 #if HEAD_BLOCKS > 1
-        exchange.push(Vn, t + 1, 1, 0, o_block, ROWS);
-        exchange.wait(Vn, t + 1, T);
+        exchange.push(Vn, t + 1);
+        exchange.wait(Vn, t + 1);
 #endif
     }
 
