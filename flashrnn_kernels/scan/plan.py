@@ -110,6 +110,8 @@ class WorkModel:
     element_ns: int
     """Per element (step x channel) each thread handles per chunk: a warp runs the phases as one dependent
     instruction stream."""
+    chained_ns: int
+    """A chained launch's fixed time besides its waves."""
     chained_step_ns: tuple[int, int]
     """A chained block's lifetime per step each thread handles (its chunk's two passes and the chain of look-backs
     it waits on), forward and backward."""
@@ -120,9 +122,9 @@ class WorkModel:
 
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, threads_d=POW2_AND_THREES, sm_share=(5, 4), chunk_ns=250, row_ns=30,
-                        element_ns=10, chained_step_ns=(0, 0), resident=True),
+                        element_ns=10, chained_ns=12000, chained_step_ns=(0, 0), resident=True),
     "min_gru": WorkModel(min_row_bytes=64, threads_d=POW2, sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
-                         chained_step_ns=(0, 3000), resident=False),
+                         chained_ns=0, chained_step_ns=(0, 3000), resident=False),
 }
 WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T,
@@ -130,7 +132,12 @@ WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
 88-96% / 85-98%; 96 lanes on 96 SMs reached 88% (bf16); with one block of 8 rows per SM, 2, 4 and 8 steps per
 thread streamed at 41%, 68% and 93-98% (bf16), which chunk_ns, row_ns and element_ns fit. Its plans (bf16 tiles of
 96 channels, fp32 of 96) measured 85-87% (bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536, against 55-64%
-(bf16) for the 64-byte rows of the minGRU / minLSTM model. The minGRU / minLSTM kernels compute exponentials and
+(bf16) for the 64-byte rows of the minGRU / minLSTM model. Its chained launches at [1, 65536, 64] took 21-25 us at
+every block shape of 8 or 16 steps per thread (fp32 forward, two waves; `scan_thin_sweep.csv`), about 12 us more
+than the waves' model (chained_ns), while resident segments measured within 10% of the model; with chained_ns the
+planner takes resident segments for [1, 65536, 64] (H200, against the chained plans: fp32 forward 19.4 / 23.4 us,
+backward 60.3 / 56.0 us; bf16 12.8 / 13.5 and 25.8 / 35.9 us) and for the short [3, 1000, 96] and [1, 5000, 64]
+(forward 0.83-1.13x, backward 1.6-2.0x the chained plans' speed). The minGRU / minLSTM kernels compute exponentials and
 reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
 their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). On the thin [1, 65536, 64]
 (chained segments; `bench_scan.py --thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives longer the
@@ -386,7 +393,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
-    m.add(time == waves * wave + resident * LOOKBACK_NS + rounds * ROUND_NS, name="time_definition")
+    m.add(time == waves * wave + resident * LOOKBACK_NS + rounds * ROUND_NS + chained * work.chained_ns,
+          name="time_definition")
     return m
 
 
@@ -417,8 +425,8 @@ def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, m: constrint.Model) -> S
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
                     vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
-                    carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count, regs_estimate=register_cap(gpu, threads, blocks),
-                    estimate_ns=sol["time_ns"])
+                    carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count,
+                    regs_estimate=register_cap(gpu, threads, blocks), estimate_ns=sol["time_ns"])
 
 
 def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> ScanPlan:

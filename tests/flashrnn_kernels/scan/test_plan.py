@@ -104,6 +104,22 @@ def test_segments_per_carry_mode():
     assert 8 * short.d_tiles(1536) >= gpu.sm_count
 
 
+def test_thin_plans_follow_the_measured_carries():
+    """[1, 65536, 64] on an H200 (scan_thin_sweep.csv, scan_carry_choice.md): linear_scan in resident segments,
+    minGRU / minLSTM in chained one-chunk segments (never resident), their backward with at most 4 steps per
+    thread (8 measured 1.4-2.6x slower)."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for dtype in ("float32", "bfloat16"):
+        for direction in ("forward", "backward"):
+            assert plan(ScanProblem.for_shape("linear", 1, 65536, 64, dtype, direction), gpu).carry == "resident"
+            for cell in ("min_gru", "min_lstm"):
+                p = plan(ScanProblem.for_shape(cell, 1, 65536, 64, dtype, direction), gpu)
+                assert p.carry == "chained"
+                assert direction == "forward" or p.steps <= 4
+                with pytest.raises(constrint.Infeasible, match="no_resident_segments_for_the_cell"):
+                    carry_plan(p.problem, gpu, "resident")
+
+
 def test_tiny_hidden_sizes_have_plans():
     """D of a few channels (an 8-channel fp32 row is 2 threads of 4): fewer than four warps, the rows at their
     most."""
