@@ -21,9 +21,10 @@ Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks
 share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most the cell's
 WorkModel.sm_share times that SM's even share), the bytes through the SM per bytes in flight ((stages - 1) staged
 chunks, a chained block's one chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element), and
-a chained block's lifetime (its load, two passes over the chunk, one look-back round). A resident segment streams
-its inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs fit in half of
-it, else from DRAM; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors.
+a chained block's lifetime (its load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per
+step of a thread). A chained launch adds WorkModel.chained_ns. A resident segment streams its inputs twice (pass A,
+then pass B with the outputs); the second read comes from L2 when all inputs fit in half of it, else from DRAM; and
+its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors.
 """
 from __future__ import annotations
 
