@@ -15,8 +15,8 @@ few minutes at most, most of it compiling and allocating; every T here is a powe
 requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64];
 `--plans` times the best plan of each carry mode (whole, resident, chained lanes) and their neighbours next to
 the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of a grid
-(results/scan_block_sweep.*); `--thin-sweep` every chained block shape of every scan kernel at [1, 65536, 64] in
-fp32 (results/scan_thin_sweep.*).
+(results/scan_block_sweep.*); `--thin-sweep` every chained (and resident) block shape of every scan kernel at
+[1, 65536, 64] in fp32 (results/scan_thin_sweep.*).
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import plot, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
-from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, carry_plan, estimate_ns, register_cap,  # noqa: E402
-                                        register_need)
+from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, WORK_MODELS, carry_plan, estimate_ns,  # noqa: E402
+                                        register_cap, register_need)
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -191,42 +191,47 @@ def _thin_data(cell, shape, dtype):
     return tuple(inputs), torch.randn(*shape, device="cuda").to(dtype), h
 
 
-def thin_sweep(copy_bw, dname="fp32") -> list[dict]:
+def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dname="fp32") -> list[dict]:
     """Every chained block shape of THIN_GRID (at least 2 warps, 16 steps per chunk) for each kernel of THIN_KERNELS
-    at [1, 65536, 64]: each checked against the solver's plan's outputs, then timed (device time, CUDA graph)."""
+    of `cells` at [1, 65536, 64], and for cells that offer resident segments every resident one with 2 or 3 stages:
+    each checked against the solver's plan's outputs, then timed (device time, CUDA graph)."""
     shape, dtype, rows = (1, 65536, 64), DTYPES[dname], []
-    for cell, direction in THIN_KERNELS:
+    for cell, direction in (k for k in THIN_KERNELS if k[0] in cells):
         inputs, dy, h = _thin_data(cell, shape, dtype)
         extra = {"dy": dy, "h": h} if direction == "backward" else {}
         chosen = device_plan(cell, inputs[0], direction)
         gpu = _device_gpu(inputs[0].device.index or 0)
         expected = run_scan(cell, direction, inputs, None, **extra, kernel_plan=chosen)[:len(inputs)]
         expected = [t.float() for t in expected]
-        base = carry_plan(chosen.problem, gpu, "chained")
         moved = (len(inputs) + 1 if direction == "forward" else 2 * len(inputs) + 2) * dy.numel() * dy.element_size()
-        for values in itertools.product(*THIN_GRID.values()):
-            trial = _launchable(dataclasses.replace(base, **dict(zip(THIN_GRID, values))), gpu, shape[2])
-            if trial is None or trial.threads < 64 or trial.chunk_len < MIN_CHUNK:
-                continue
-            run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
-            try:
-                got = [t.float() for t in run()[:len(inputs)]]
-                err = max(float((g - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
-            except Exception as exc:  # a shape that does not compile or launch: recorded, the sweep goes on
-                rows.append({"cell": cell, "direction": direction, **dict(zip(THIN_GRID, values)),
-                             "error": f"{type(exc).__name__}: {exc}"[:160]})
-                continue
-            (_, ms), terr = _time(run)
-            try:
-                model_us = estimate_ns(trial, gpu) / 1e3
-            except Exception:  # outside the model's constraints
-                model_us = float("nan")
-            rows.append({"cell": cell, "direction": direction, "dtype": dname, **dict(zip(THIN_GRID, values)),
-                         "min_blocks": trial.min_blocks, "blocks": trial.d_tiles(shape[2]) * trial.chunks(shape[1]),
-                         "solver's plan": trial == chosen, "us": 1e3 * ms, "model us": model_us,
-                         "% of copy": 100 * moved / (ms * 1e-3) / copy_bw, "rel err vs solver's plan": err,
-                         "error": terr or ""})
-            print(rows[-1], flush=True)
+        for carry in ("chained", "resident") if WORK_MODELS[cell].resident else ("chained",):
+            base = carry_plan(chosen.problem, gpu, carry)
+            grid = THIN_GRID if carry == "chained" else {**THIN_GRID, "stages": (2, 3)}
+            for values in itertools.product(*grid.values()):
+                shape_of = {"carry": carry, **dict(zip(grid, values))}
+                trial = _launchable(dataclasses.replace(base, **dict(zip(grid, values))), gpu, shape[2])
+                if trial is None or trial.threads < 64 or trial.chunk_len < MIN_CHUNK:
+                    continue
+                run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
+                try:
+                    got = [t.float() for t in run()[:len(inputs)]]
+                    err = max(float((g - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+                except Exception as exc:  # a shape that does not compile or launch: recorded, the sweep goes on
+                    rows.append({"cell": cell, "direction": direction, **shape_of,
+                                 "error": f"{type(exc).__name__}: {exc}"[:160]})
+                    continue
+                (_, ms), terr = _time(run)
+                try:
+                    model_us = estimate_ns(trial, gpu) / 1e3
+                except Exception:  # outside the model's constraints
+                    model_us = float("nan")
+                lanes, chunks = trial.d_tiles(shape[2]), trial.chunks(shape[1])
+                rows.append({"cell": cell, "direction": direction, "dtype": dname, **shape_of,
+                             "stages": trial.stages, "min_blocks": trial.min_blocks,
+                             "blocks": lanes * trial.segments(lanes, chunks), "solver's plan": trial == chosen,
+                             "us": 1e3 * ms, "model us": model_us, "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
+                             "rel err vs solver's plan": err, "error": terr or ""})
+                print(rows[-1], flush=True)
         del inputs, dy, h
     return rows
 
@@ -364,8 +369,9 @@ def main(argv=None) -> list[dict]:
                         help="linear_scan at [B, T, D] = [8, 4096, 1536] and [1, 65536, 64] only")
     parser.add_argument("--plans", action="store_true", help="only the plan sweep (solver's plan vs neighbours)")
     parser.add_argument("--sweep", action="store_true", help="only the block-shape sweep of whole lanes (SWEEP_GRID)")
-    parser.add_argument("--thin-sweep", action="store_true",
-                        help="only the chained block-shape sweep of every scan kernel at [1, 65536, 64] (THIN_GRID)")
+    parser.add_argument("--thin-sweep", nargs="?", const="linear,min_gru,min_lstm", metavar="CELLS",
+                        help="only the chained / resident block-shape sweep at [1, 65536, 64] of these cells' kernels "
+                             "(comma-separated; default all)")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -383,8 +389,9 @@ def main(argv=None) -> list[dict]:
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.thin_sweep:
-        rows = thin_sweep(copy_bw)
-        print(write_results("scan_thin_sweep", rows, title="scan kernels at [1, 65536, 64] fp32: chained block shapes",
+        rows = thin_sweep(copy_bw, tuple(args.thin_sweep.split(",")))
+        print(write_results("scan_thin_sweep", rows,
+                            title="scan kernels at [1, 65536, 64] fp32: chained and resident block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.sweep:
