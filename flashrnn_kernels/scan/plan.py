@@ -43,8 +43,11 @@ SOURCE_PATH = Path(__file__).with_name("scan.cu")
 REG_OVERHEAD = 64
 REG_PER_MAP_FLOAT = 2
 MIN_MAP_FLOATS = 16
+REG_FP16 = 16
 """Register need of the minGRU / minLSTM kernels: REG_OVERHEAD + REG_PER_MAP_FLOAT * (2 * steps * vec), at least
-MIN_MAP_FLOATS map values (need >= 96). Every cell, dtype and direction of the test grid, whole or split lanes,
+MIN_MAP_FLOATS map values (need >= 96), plus REG_FP16 in fp16 (its conversions keep more temporaries than bf16's
+shifts: the minGRU fp16 backward of 2 steps of 8 channels takes 135 registers unbounded, and the minLSTM one spilled
+under a cap of 128, nvcc 13, sm_90). Every cell, dtype and direction of the test grid, whole or split lanes,
 compiles under it without spills (ptxas -v, nvcc 13, sm_80 and sm_90: the nvcc test)."""
 
 LINEAR_REGISTERS = 96
@@ -155,11 +158,15 @@ def linear_register_need(steps):
     return LINEAR_REGISTERS + (LINEAR_REGISTERS_16 - LINEAR_REGISTERS) * (steps // 16)
 
 
-def register_need(cell: str, steps: int, vec: int) -> int:
+def register_need(problem: ScanProblem, steps: int, vec: int) -> int:
     """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD)."""
-    if cell == "linear":
+    if problem.cell == "linear":
         return linear_register_need(steps)
-    return REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * max(MIN_MAP_FLOATS // 2, steps * vec)
+    return _cell_overhead(problem) + REG_PER_MAP_FLOAT * 2 * max(MIN_MAP_FLOATS // 2, steps * vec)
+
+
+def _cell_overhead(problem: ScanProblem) -> int:
+    return REG_OVERHEAD + (REG_FP16 if problem.dtype == "float16" else 0)
 
 
 def static_smem(threads_t: int, tile: int) -> int:
@@ -329,7 +336,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     if problem.cell == "linear":
         need = linear_register_need(steps)
     else:
-        need = REG_OVERHEAD + REG_PER_MAP_FLOAT * 2 * steps * vec
+        need = _cell_overhead(problem) + REG_PER_MAP_FLOAT * 2 * steps * vec
         m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(need * threads <= gpu.regs_per_block, name="regs_per_block")
@@ -420,7 +427,7 @@ def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
 def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, m: constrint.Model) -> ScanPlan:
     sol = m.minimize(objective(m))
     threads = sol["threads_d"] * sol["threads_t"]
-    need = register_need(problem.cell, sol["steps"], sol["vec"])
+    need = register_need(problem, sol["steps"], sol["vec"])
     tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
     smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile, sol["stages"])
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm

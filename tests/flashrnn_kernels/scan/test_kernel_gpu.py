@@ -84,6 +84,8 @@ def test_tiny_hidden_sizes(name, dtype, D, shape):
 def test_fp16_and_non_tile_multiple_hidden_size():
     _check("linear", torch.float16, 2, 777, 1000, True)
     _check("min_gru", torch.float32, 2, 333, 500, False)
+    _check("min_gru", torch.float16, 1, 5000, 64, True)  # chained segments
+    _check("min_lstm", torch.float16, 2, 1000, 500, False)
 
 
 def _fp32_loop_error(inputs, h0) -> float:

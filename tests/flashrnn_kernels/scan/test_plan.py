@@ -41,7 +41,7 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert p.tile <= problem.hidden_dim
         assert p.regs_estimate <= gpu.max_regs_per_thread and p.smem_bytes <= gpu.smem_per_block
         assert p.smem_bytes + p.stage_bytes <= gpu.smem_per_block_optin
-        need = register_need(p.problem.cell, p.steps, p.vec)
+        need = register_need(p.problem, p.steps, p.vec)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes + p.stage_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 1
         assert p.min_blocks * p.threads >= MIN_RESIDENT_WARPS * gpu.warp_size
