@@ -162,11 +162,13 @@ def register_need(problem: ScanProblem, steps: int, vec: int) -> int:
     """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD)."""
     if problem.cell == "linear":
         return linear_register_need(steps)
-    return _cell_overhead(problem) + REG_PER_MAP_FLOAT * 2 * max(MIN_MAP_FLOATS // 2, steps * vec)
+    return map_register_need(problem, max(MIN_MAP_FLOATS // 2, steps * vec))
 
 
-def _cell_overhead(problem: ScanProblem) -> int:
-    return REG_OVERHEAD + (REG_FP16 if problem.dtype == "float16" else 0)
+def map_register_need(problem: ScanProblem, map_values):
+    """The minGRU / minLSTM kernels' need for `map_values` = steps * vec (an int or a model expression) maps (a, b)
+    per thread (see REG_OVERHEAD)."""
+    return REG_OVERHEAD + (REG_FP16 if problem.dtype == "float16" else 0) + REG_PER_MAP_FLOAT * 2 * map_values
 
 
 def static_smem(threads_t: int, tile: int) -> int:
@@ -336,7 +338,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     if problem.cell == "linear":
         need = linear_register_need(steps)
     else:
-        need = _cell_overhead(problem) + REG_PER_MAP_FLOAT * 2 * steps * vec
+        need = map_register_need(problem, steps * vec)
         m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(need * threads <= gpu.regs_per_block, name="regs_per_block")
