@@ -132,6 +132,25 @@ def _launchable(trial, gpu, hidden_dim):
     return dataclasses.replace(trial, min_blocks=occupancy, regs_estimate=register_cap(gpu, trial.threads, occupancy))
 
 
+def _grid_trials(base, grid, gpu, hidden_dim):
+    """(the grid's values, launchable trial) for every block shape of `grid` applied to `base` with at least 2 warps
+    and MIN_CHUNK steps per chunk."""
+    for values in itertools.product(*grid.values()):
+        shape = dict(zip(grid, values))
+        trial = _launchable(dataclasses.replace(base, **shape), gpu, hidden_dim)
+        if trial is not None and trial.threads >= 64 and trial.chunk_len >= MIN_CHUNK:
+            yield shape, trial
+
+
+def _model_us(trial, gpu) -> float:
+    """The time model's estimate of `trial` in us (NaN outside the model's constraints, e.g. fewer warps than it
+    admits)."""
+    try:
+        return estimate_ns(trial, gpu) / 1e3
+    except Exception:
+        return float("nan")
+
+
 SWEEP_GRID = {"threads_d": (8, 12, 16, 24), "threads_t": (4, 8, 16, 32), "steps": (2, 4, 8), "stages": (2, 3, 4)}
 SWEEP_MIN_IN_FLIGHT = 32 * 1024
 """Block shapes whose resident blocks keep fewer staged bytes in flight per SM are left out (memory-latency bound)."""
@@ -152,14 +171,11 @@ def block_sweep(copy_bw) -> list[dict]:
         expected = run_scan("linear", "forward", (a, b), None, kernel_plan=chosen)[0].float()
         gpu = _device_gpu(a.device.index or 0)
         base = carry_plan(chosen.problem, gpu, "whole")
-        for shape in itertools.product(*SWEEP_GRID.values()):
-            trial = _launchable(dataclasses.replace(base, **dict(zip(SWEEP_GRID, shape))), gpu, D)
-            if trial is None or trial.threads < 64 or trial.chunk_len < MIN_CHUNK:
-                continue
+        for shape, trial in _grid_trials(base, SWEEP_GRID, gpu, D):
             if trial.min_blocks * (trial.stages - 1) * trial.stage_bytes // trial.stages < SWEEP_MIN_IN_FLIGHT:
                 continue
             got = run_scan("linear", "forward", (a, b), None, kernel_plan=trial)[0].float()
-            row = {"dtype": dname, **dict(zip(SWEEP_GRID, shape)), "min_blocks": trial.min_blocks,
+            row = {"dtype": dname, **shape, "min_blocks": trial.min_blocks,
                    "row bytes": trial.tile * a.element_size(), "lanes": 8 * trial.d_tiles(D),
                    "solver's plan": trial == chosen,
                    "rel err vs solver's plan": float((got - expected).abs().max() / expected.abs().max())}
@@ -207,11 +223,8 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dname="fp32") -
         for carry in ("chained", "resident") if WORK_MODELS[cell].resident else ("chained",):
             base = carry_plan(chosen.problem, gpu, carry)
             grid = THIN_GRID if carry == "chained" else {**THIN_GRID, "stages": (2, 3)}
-            for values in itertools.product(*grid.values()):
-                shape_of = {"carry": carry, **dict(zip(grid, values))}
-                trial = _launchable(dataclasses.replace(base, **dict(zip(grid, values))), gpu, shape[2])
-                if trial is None or trial.threads < 64 or trial.chunk_len < MIN_CHUNK:
-                    continue
+            for values, trial in _grid_trials(base, grid, gpu, shape[2]):
+                shape_of = {"carry": carry, **values}
                 run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
                 try:
                     got = [t.float() for t in run()[:len(inputs)]]
@@ -221,15 +234,12 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dname="fp32") -
                                  "error": f"{type(exc).__name__}: {exc}"[:160]})
                     continue
                 (_, ms), terr = _time(run)
-                try:
-                    model_us = estimate_ns(trial, gpu) / 1e3
-                except Exception:  # outside the model's constraints
-                    model_us = float("nan")
                 lanes, chunks = trial.d_tiles(shape[2]), trial.chunks(shape[1])
                 rows.append({"cell": cell, "direction": direction, "dtype": dname, **shape_of,
                              "stages": trial.stages, "min_blocks": trial.min_blocks,
                              "blocks": lanes * trial.segments(lanes, chunks), "solver's plan": trial == chosen,
-                             "us": 1e3 * ms, "model us": model_us, "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
+                             "us": 1e3 * ms, "model us": _model_us(trial, gpu),
+                             "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
                              "rel err vs solver's plan": err, "error": terr or ""})
                 print(rows[-1], flush=True)
         del inputs, dy, h
@@ -271,10 +281,6 @@ def plan_sweep(copy_bw) -> list[dict]:
                     trial = _launchable(trial, gpu, D)
                     if trial is None:
                         continue
-                    try:
-                        model_us = estimate_ns(trial, gpu) / 1e3
-                    except Exception:  # outside the model's constraints (e.g. fewer warps than it admits)
-                        model_us = float("nan")
                     ms, err = _time(lambda a=a, b=b, trial=trial: run_scan("linear", "forward", (a, b), None,
                                                                              kernel_plan=trial))
                     label = ("solver's plan" if trial == chosen
@@ -282,7 +288,8 @@ def plan_sweep(copy_bw) -> list[dict]:
                     rows.append(_row("linear_scan", label, shape, dname, ms, 3 * a.numel() * a.element_size(),
                                      copy_bw, carry=carry, threads_d=trial.threads_d,
                                      threads_t=trial.threads_t, steps=trial.steps, stages=trial.stages,
-                                     vec=trial.vec, min_blocks=trial.min_blocks, model_us=model_us, error=err))
+                                     vec=trial.vec, min_blocks=trial.min_blocks, model_us=_model_us(trial, gpu),
+                                     error=err))
             del a, b
     return rows
 
