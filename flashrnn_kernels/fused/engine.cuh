@@ -117,52 +117,60 @@ __device__ __forceinline__ void load_a_fragment(afrag_t& f, int m, int k0, AValu
 #endif
 }
 
+#if defined(DTYPE_FP32)
+#define B_REGS 4  // tf32 hi[0..1] and lo[2..3] of the two B elements a lane holds
+#else
+#define B_REGS 2  // two pairs of bf16/fp16
+#endif
+typedef u32 bfrag_t[B_REGS];
+
+// The B fragment of k-tile k0 and n-tile n of a batch-major vector V (row stride `stride` elements).
+__device__ __forceinline__ void load_b_fragment(bfrag_t& b, const elem_t* V, int stride, int k0, int n) {
+    const int lane = threadIdx.x & 31;
+#if defined(DTYPE_FP32)
+    const float* row = V + (n * 8 + (lane >> 2)) * stride + k0;
+    split_tf32(row[lane & 3], b[0], b[2]);
+    split_tf32(row[(lane & 3) + 4], b[1], b[3]);
+#else
+    // ldmatrix.x2: lanes 0-7 address k0..k0+7 of batch rows n*8..n*8+7, lanes 8-15 k0+8..k0+15.
+    const elem_t* p = V + (n * 8 + (lane & 7)) * stride + k0 + ((lane >> 3) & 1) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
+#endif
+}
+
+// c += a . b for one m16 x n8 x k-tile (fp32: the three tf32 products of the split form, small terms first).
+__device__ __forceinline__ void mma_tile(float (&c)[4], const afrag_t& a, const bfrag_t& b) {
+#if defined(DTYPE_FP32)
+    mma_tf32(c, a + 4, b[0], b[1]);
+    mma_tf32(c, a, b[2], b[3]);
+    mma_tf32(c, a, b[0], b[1]);
+#elif defined(DTYPE_BF16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
 // One k-tile of the warp's product for every (m-tile, n-tile): V is this step's vector buffer.
 __device__ __forceinline__ void mma_k_tile(float (&acc)[M_TILES][N_TILES][4], const afrag_t (&a)[M_TILES],
                                            const elem_t* V, int k0) {
-    const int lane = threadIdx.x & 31;
-#if defined(DTYPE_FP32)
-    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n) {
-        const float* row = V + (n * 8 + g) * V_STRIDE + k0;
-        u32 bh0, bl0, bh1, bl1;
-        split_tf32(row[t], bh0, bl0);
-        split_tf32(row[t + 4], bh1, bl1);
+        bfrag_t b;
+        load_b_fragment(b, V, V_STRIDE, k0, n);
 #pragma unroll
-        for (int m = 0; m < M_TILES; ++m) {
-            mma_tf32(acc[m][n], a[m] + 4, bh0, bh1);
-            mma_tf32(acc[m][n], a[m], bl0, bl1);
-            mma_tf32(acc[m][n], a[m], bh0, bh1);
-        }
+        for (int m = 0; m < M_TILES; ++m) mma_tile(acc[m][n], a[m], b);
     }
-#else
-#pragma unroll
-    for (int n = 0; n < N_TILES; ++n) {
-        // ldmatrix.x2: lanes 0-7 address k0..k0+7 of batch rows n*8..n*8+7, lanes 8-15 k0+8..k0+15.
-        const elem_t* p = V + (n * 8 + (lane & 7)) * V_STRIDE + k0 + ((lane >> 3) & 1) * 8;
-        u32 b0, b1;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                     : "=r"(b0), "=r"(b1)
-                     : "r"(smem_addr(p)));
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m) {
-#if defined(DTYPE_BF16)
-            asm volatile(
-                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                "{%0,%1,%2,%3};\n"
-                : "+f"(acc[m][n][0]), "+f"(acc[m][n][1]), "+f"(acc[m][n][2]), "+f"(acc[m][n][3])
-                : "r"(a[m][0]), "r"(a[m][1]), "r"(a[m][2]), "r"(a[m][3]), "r"(b0), "r"(b1));
-#else
-            asm volatile(
-                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                "{%0,%1,%2,%3};\n"
-                : "+f"(acc[m][n][0]), "+f"(acc[m][n][1]), "+f"(acc[m][n][2]), "+f"(acc[m][n][3])
-                : "r"(a[m][0]), "r"(a[m][1]), "r"(a[m][2]), "r"(a[m][3]), "r"(b0), "r"(b1));
-#endif
-        }
-    }
-#endif
 }
 
 // R held by one warp for the whole sequence, k-tile by k-tile: the first REG_K_TILES as register fragments, the
