@@ -17,18 +17,15 @@
 
 #define K_DIM (GATES * HEAD_DIM)
 #include "fused/engine.cuh"
+#include "fused/backward_step.cuh"
 
 static_assert(M_TILES == 1, "backward: a warp owns one 16-row tile of R^T");
 
-// Shared memory layout (bytes): R^T fragments, dx double buffer, staged per-step inputs (double buffered),
-// k-split reduction.
-#define STAGE_F32_ROWS (GATES + 2 * (STATES - 1))  // a_g, s_k, y_k (k >= 1) per batch row, fp32
-#define STAGE_ELEM_ROWS 3                          // s_h, y_h, d_h per batch row, elem_t
+// Shared memory layout (bytes): R^T fragments, dx double buffer, staged per-step inputs, k-split reduction.
 #define SM_RFRAG 0
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
-#define SM_F32 (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
-#define SM_ELEM (SM_F32 + STAGES * BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK * 4)
-#define SM_RED (SM_ELEM + STAGES * BATCH_TILE * STAGE_ELEM_ROWS * ROWS_PER_BLOCK * (int)sizeof(elem_t))
+#define SM_STAGE (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
+#define SM_RED (SM_STAGE + STAGE_BYTES)
 #define SM_BARS (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
 #define SM_TOTAL (SM_BARS + 16)  // VECTOR_BUFFERS <= 2 exchange mbarriers
 static_assert(SM_BARS % 8 == 0, "mbarriers are 8-byte aligned");
@@ -44,13 +41,10 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
-    float* stage_f32 = reinterpret_cast<float*>(smem + SM_F32);
-    elem_t* stage_elem = reinterpret_cast<elem_t*>(smem + SM_ELEM);
     float* red = reinterpret_cast<float*>(smem + SM_RED);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SM_BARS);
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
-    constexpr int F32_TILE = BATCH_TILE * STAGE_F32_ROWS * ROWS, ELEM_TILE = BATCH_TILE * ROWS;
     const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
     const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
@@ -78,34 +72,12 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                 dy[k][n][e] = col < valid_b ? to_float(d_last[((size_t)(k * B + b0 + col) * NH + head) * DH + u]) : 0.f;
         }
 
-    constexpr int F32_ROW = ROWS * 4, ELEM_ROW = ROWS * (int)sizeof(elem_t);  // bytes of one staged row
-    const long long seq_b = (long long)T * unit_stride;  // elements between batches of h_out / d_h
-    const size_t col0 = (size_t)head * DH + u_block;
-    auto stage = [&](int t, int buf) {
-        float* f = stage_f32 + buf * F32_TILE;
-        elem_t* el = stage_elem + buf * 3 * ELEM_TILE;
-        stage_rows<G, F32_ROW>(f, gates_save + ((size_t)b0 * T + t) * G * unit_stride + col0, seq_b * G * 4,
-                               unit_stride * 4, valid_b);
-        const long long save_b = (long long)(T + 1) * unit_stride, save_k = (long long)B * save_b;
-        const float* sv = states_save + (size_t)b0 * save_b + col0;
-        stage_rows<S - 1, F32_ROW>(f + BATCH_TILE * G * ROWS, sv + (size_t)t * unit_stride, save_b * 4, save_k * 4,
-                                   valid_b);
-        stage_rows<S - 1, F32_ROW>(f + BATCH_TILE * (G + S - 1) * ROWS, sv + (size_t)(t + 1) * unit_stride,
-                                   save_b * 4, save_k * 4, valid_b);
-        if (t > 0)
-            stage_rows<1, ELEM_ROW>(el, h_out + (size_t)b0 * seq_b + (size_t)(t - 1) * unit_stride + col0,
-                                    seq_b * sizeof(elem_t), 0, valid_b);
-        else
-            stage_rows<1, ELEM_ROW>(el, states + (size_t)b0 * unit_stride + col0, unit_stride * sizeof(elem_t), 0,
-                                    valid_b);
-        stage_rows<1, ELEM_ROW>(el + ELEM_TILE, h_out + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0,
-                                seq_b * sizeof(elem_t), 0, valid_b);
-        stage_rows<1, ELEM_ROW>(el + 2 * ELEM_TILE, d_h + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0,
-                                seq_b * sizeof(elem_t), 0, valid_b);
-    };
+    BackwardStep inputs;
+    inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
+                u_block);
     // Inputs of iteration `it` (step T-1-it) live in stage it % STAGES, staged STAGES-1 iterations ahead.
     auto stage_iteration = [&](int it) {
-        if (it < T) stage(T - 1 - it, it % STAGES);
+        if (it < T) inputs.stage(T - 1 - it, it % STAGES);
         cp_async_commit();
     };
 #pragma unroll 1
@@ -152,41 +124,22 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
             break;
         }
         elem_t* Vn = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
-        {
-            const float* f = stage_f32 + (it % STAGES) * F32_TILE;
-            const elem_t* el = stage_elem + (it % STAGES) * 3 * ELEM_TILE;
 #pragma unroll
-            for (int n = 0; n < N_TILES; ++n)
+        for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    if (!owns(n, e, wk)) continue;
-                    const int row = (lane >> 2) + 8 * (e >> 1), r = wm * 16 + row, u = u_warp + row;
-                    const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                    float a[G], s[S], y[S], d[S], dx[G], ds[S];
+            for (int e = 0; e < 4; ++e) {
+                if (!owns(n, e, wk)) continue;
+                const int r = wm * 16 + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+                float d[S], dx[G];
 #pragma unroll
-                    for (int j = 0; j < G; ++j) a[j] = f[(col * G + j) * ROWS + r];
-                    s[0] = to_float(el[col * ROWS + r]);
-                    y[0] = to_float(el[ELEM_TILE + col * ROWS + r]);
-                    d[0] = dy[0][n][e] + acc[0][n][e] + to_float(el[2 * ELEM_TILE + col * ROWS + r]);
+                for (int k = 0; k < S; ++k) d[k] = dy[k][n][e];
+                inputs.step(it % STAGES, r, col, acc[0][n][e], d, dx);
 #pragma unroll
-                    for (int k = 1; k < S; ++k) {
-                        s[k] = f[BATCH_TILE * G * ROWS + (col * (S - 1) + k - 1) * ROWS + r];
-                        y[k] = f[BATCH_TILE * (G + S - 1) * ROWS + (col * (S - 1) + k - 1) * ROWS + r];
-                        d[k] = dy[k][n][e];
-                    }
-                    cell_backward(a, s, y, d, dx, ds);
+                for (int k = 0; k < S; ++k) dy[k][n][e] = d[k];
 #pragma unroll
-                    for (int k = 0; k < S; ++k) dy[k][n][e] = ds[k];
-#pragma unroll
-                    for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u] = from_float<elem_t>(dx[j]);
-                    if (col < valid_b) {
-                        const size_t bt = (size_t)(b0 + col) * T + t;
-#pragma unroll
-                        for (int j = 0; j < G; ++j)
-                            d_gates[(bt * G + j) * unit_stride + (size_t)head * DH + u] = from_float<elem_t>(dx[j]);
-                    }
-                }
-        }
+                for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u_block + r] = from_float<elem_t>(dx[j]);
+                inputs.store_d_gates(t, r, col, dx);
+            }
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
 #if HEAD_BLOCKS > 1

@@ -33,8 +33,8 @@ POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
 """Fill outputs with NaN before each launch (tests use it to prove that every element is written)."""
 
 EXCHANGE = os.environ.get("FLASHRNN_EXCHANGE") or None
-""""cluster" or "global": how the blocks of a split head exchange the step vector, instead of the planner's choice
-(tests and benchmarks run both)."""
+""""cluster", "global" or "partials" (plan's `exchange`): how the blocks of a split head exchange a step, instead of
+the planner's choice (tests and benchmarks run each)."""
 
 _NON_PORTABLE_CLUSTER_ATTRIBUTE = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _MAX_GRID_Y = 65535

@@ -20,7 +20,7 @@ from ..runtime.device import current_gpu
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-7"
+VERSION = "fused-8"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
 _MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
@@ -49,6 +49,7 @@ class KernelPlan:
     batch_tile: int  # (kernel) batch columns per block, multiple of 8
     head_blocks: int  # (kernel) blocks sharing one head (a thread-block cluster when > 1, unless global_exchange)
     global_exchange: bool  # (kernel) the head's blocks exchange the step vector through global memory (cooperative)
+    partial_sums: bool  # backward in the forward's tiling, reduce-scattering partial sums (backward_partials.cu)
     warps_m: int  # (kernel) 16-row groups per block
     warps_k: int  # (kernel) warps splitting K
     k_tile: int  # (kernel) 16 (bf16/fp16 m16n8k16) or 8 (fp32 via tf32 m16n8k8)
@@ -79,7 +80,7 @@ class KernelPlan:
 
     @property
     def k_dim(self) -> int:
-        return tiling.k_dim(self.problem)
+        return tiling.k_dim(self.problem, self.partial_sums)
 
     @property
     def k_tiles_per_warp(self) -> int:
@@ -93,11 +94,16 @@ class KernelPlan:
     def smem_bytes(self) -> int:
         """Dynamic shared memory per block."""
         return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles,
-                                 self.vector_buffers, self.stages)
+                                 self.vector_buffers, self.stages, self.partial_sums)
 
     @property
     def kernel_name(self) -> str:
         return f"flashrnn_fused_{self.direction}"
+
+    @property
+    def kernel_source(self) -> str:
+        """The kernel body's file in fused/."""
+        return f"{self.direction}{'_partials' if self.partial_sums else ''}.cu"
 
     @property
     def block(self) -> tuple[int, int, int]:
@@ -113,7 +119,8 @@ class KernelPlan:
         """The global exchange's zeroed buffer: two fills of tagged words per (batch tile, head); 0 without it."""
         if not self.global_exchange:
             return 0
-        return self.batch_tiles(batch) * self.num_heads * 2 * tiling.exchange_bytes(self.problem, self.batch_tile // 8)
+        fill = tiling.exchange_bytes(self.problem, self.batch_tile // 8, self.partial_sums)
+        return self.batch_tiles(batch) * self.num_heads * 2 * fill
 
     def batch_tiles(self, batch: int) -> int:
         return -(-batch // self.batch_tile)
@@ -127,8 +134,11 @@ class KernelPlan:
 def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: Any = None,
          direction: str = "forward", exchange: str | None = None) -> KernelPlan:
     """The cheapest feasible tiling of the fused kernel for this problem on `gpu` (a GPUModel, a name, or None
-    for the current device). `exchange` ("cluster" or "global") fixes how the blocks of a split head exchange the
-    step vector; None lets the cost model choose. Raises PlanError naming the limits that no tiling meets."""
+    for the current device). `exchange` fixes how the blocks of a split head exchange a step (tiling.EXCHANGES:
+    "cluster", "global", or "partials", which the forward takes as "global"); None lets the cost model choose.
+    Raises PlanError naming the limits that no tiling meets."""
+    if exchange not in (None, *tiling.EXCHANGES):
+        raise ValueError(f"exchange must be one of {tiling.EXCHANGES} or None, not {exchange!r}")
     model = gpu_model(gpu)
     problem = FusedProblem(cell, batch, num_heads, head_dim, dtype_name(dtype), direction)
     key = _key(problem, model, exchange)
@@ -171,6 +181,41 @@ def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
 
 def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> KernelPlan:
     _check_architecture(problem, gpu)
+    partials = exchange == "partials" and problem.direction == "backward"
+    if exchange == "partials":
+        exchange = "global"
+    sol = None if partials else _solve_vector_exchange(problem, gpu, exchange)
+    split_past_cluster = sol is not None and (sol["global_exchange"] or sol["global_k_tiles"] > 0)
+    if problem.direction == "backward" and (partials or (exchange is None and split_past_cluster)):
+        # a head too large for a cluster: summing partial products through global memory may beat gathering the
+        # step vector there (or streaming part of R from L2)
+        found = _minimize(*tiling.build(problem, gpu, exchange=exchange, partial_sums=True))
+        if found is None and partials:
+            model, _ = tiling.build(problem, gpu, exchange=exchange, partial_sums=True)
+            try:
+                model.solve()
+            except Infeasible as exc:
+                raise PlanError(_explain(problem, gpu, exc)) from exc
+        if found is not None and (partials or found.objective < sol.objective):
+            sol, partials = found, True
+    return KernelPlan(
+        cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
+        num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
+        batch_tile=8 * sol["n_tiles"], head_blocks=sol["head_blocks"],
+        global_exchange=bool(sol["global_exchange"]), partial_sums=partials, warps_m=sol["warps_m"],
+        warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem, partials),
+        reg_k_tiles=sol["reg_k_tiles"], global_k_tiles=sol["global_k_tiles"], blocks_per_sm=sol["blocks_per_sm"],
+        vector_buffers=sol["vector_buffers"], stages=sol["stages"],
+        nonportable_cluster=bool(sol["clustered"]) and sol["head_blocks"] > gpu.cluster_max_portable,
+        register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
+        predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"], partials,
+                                                       sol["k_tiles_per_warp"], sol["warps_k"]),
+        fast_activations=problem.dtype != "fp32", objective=sol.objective,
+    )
+
+
+def _solve_vector_exchange(problem: FusedProblem, gpu: Any, exchange: str | None) -> Solution:
+    """The least-cost tiling that exchanges the step vector (raises PlanError when there is none)."""
     sol = None
     if exchange is None and gpu.cluster_max_nonportable == 1:
         # without clusters, through global memory only where one block cannot hold R on chip (as on sm_90 only for
@@ -192,18 +237,7 @@ def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> Kern
                 model.solve()
             except Infeasible as exc:
                 raise PlanError(_explain(problem, gpu, exc)) from exc
-    return KernelPlan(
-        cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
-        num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
-        batch_tile=8 * sol["n_tiles"], head_blocks=sol["head_blocks"],
-        global_exchange=bool(sol["global_exchange"]), warps_m=sol["warps_m"],
-        warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem),
-        reg_k_tiles=sol["reg_k_tiles"], global_k_tiles=sol["global_k_tiles"], blocks_per_sm=sol["blocks_per_sm"], vector_buffers=sol["vector_buffers"], stages=sol["stages"],
-        nonportable_cluster=bool(sol["clustered"]) and sol["head_blocks"] > gpu.cluster_max_portable,
-        register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
-        predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"]),
-        fast_activations=problem.dtype != "fp32", objective=sol.objective,
-    )
+    return sol
 
 
 def _minimize(model: Model, objective: Any) -> Solution | None:

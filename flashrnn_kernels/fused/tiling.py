@@ -8,7 +8,8 @@ Decision variables (per block of the cluster that owns one head and one batch ti
                   any divisor of head_dim / 16 exchanging the step vector through global memory (global_exchange)
   global_exchange 1: the blocks of a head exchange the step vector as tagged words in global memory (L2), all
                   co-resident (one wave, cooperative launch); on GPUs without clusters the only way to split a head
-  warps_m         16-row groups of the block's rows (forward: hidden units with all gates; backward: rows of R^T)
+  warps_m         16-row groups of the block's rows (forward and partial sums: hidden units with all gates;
+                  backward otherwise: rows of R^T)
   warps_k         warps splitting the reduction dimension K (partial sums reduced through shared memory)
   n_tiles         batch tile / 8 (mma n dimension)
   reg_k_tiles     k-tiles of each warp's A fragments kept in registers; the rest live in shared memory...
@@ -16,6 +17,12 @@ Decision variables (per block of the cluster that owns one head and one batch ti
   blocks_per_sm   co-resident blocks per SM assumed by the register cap (__launch_bounds__)
   vector_buffers  2: double-buffered step vector, one barrier per step; 1: half the buffer, two barriers
   stages          depth of the cp.async pipeline of per-step inputs (staged stages-1 steps ahead)
+
+The backward has two forms. It gathers the gate gradients (the step vector, G x head_dim per batch column) and
+multiplies them by its rows of R^T; or, with partial_sums (a split head exchanging through global memory), it keeps
+the forward's tiling of R, multiplies its own units' gate gradients by its slice of R transposed, and the blocks
+reduce-scatter the fp32 partial sums (backward_partials.cu): each block reads head_dim x batch tile x warps_m words
+per step instead of the tagged G x head_dim x batch tile vector.
 
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
@@ -72,17 +79,22 @@ def fragment_bytes(p: FusedProblem) -> int:
     return 32 * 4 * fragment_registers(p)
 
 
-def m_tiles(p: FusedProblem) -> int:
-    """m16 tiles per warp: all gates of 16 units forward, one 16-row tile of R^T backward."""
-    return p.gates if p.direction == "forward" else 1
+def forward_tiling(p: FusedProblem, partial_sums: bool = False) -> bool:
+    """Whether the launch tiles R as the forward does: 16-unit row groups with all gates (forward, partial sums)."""
+    return p.direction == "forward" or partial_sums
+
+
+def m_tiles(p: FusedProblem, partial_sums: bool = False) -> int:
+    """m16 tiles per warp: all gates of 16 units in the forward's tiling, else one 16-row tile of R^T."""
+    return p.gates if forward_tiling(p, partial_sums) else 1
 
 
 def k_tile(p: FusedProblem) -> int:
     return 8 if p.dtype == "fp32" else 16
 
 
-def k_dim(p: FusedProblem) -> int:
-    return p.head_dim if p.direction == "forward" else p.gates * p.head_dim
+def k_dim(p: FusedProblem, partial_sums: bool = False) -> int:
+    return p.head_dim if forward_tiling(p, partial_sums) else p.gates * p.head_dim
 
 
 def v_stride(p: FusedProblem) -> int:
@@ -90,12 +102,23 @@ def v_stride(p: FusedProblem) -> int:
     return k_dim(p) + 16 // p.elem_bytes
 
 
+def partial_words(p: FusedProblem, warps_m: Any, n_tiles: Any) -> Any:
+    """fp32 partial sums a block of the partial-sum backward reads per step: one per (16-row group of the head,
+    batch column, own unit)."""
+    return p.head_dim * 8 * n_tiles * warps_m
+
+
 def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any,
-               stages: Any) -> Any:
-    """Dynamic shared memory of one block (the layout of forward.cu / backward.cu, in that order)."""
+               stages: Any, partial_sums: bool = False) -> Any:
+    """Dynamic shared memory of one block (the layout of forward.cu / backward.cu / backward_partials.cu, in that
+    order)."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
-    mt = m_tiles(p)
+    mt = m_tiles(p, partial_sums)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
+    if partial_sums:  # the step's gate gradients, the staged inputs, the received partial sums
+        size = size + batch_tile * (p.gates * rows + 16 // e) * e
+        size = size + stages * batch_tile * ((p.gates + 2 * (p.states - 1)) * rows * 4 + 3 * rows * e)
+        return size + partial_words(p, warps_m, n_tiles) * 4
     size = size + vector_buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
     if p.direction == "forward":
         size = size + stages * batch_tile * p.gates * rows * e  # Wx staging
@@ -107,11 +130,18 @@ def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k
     return size + EXCHANGE_BARRIER_BYTES
 
 
-def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
+def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any, partial_sums: bool = False,
+                        k_tiles_per_warp: Any = 0, warps_k: Any = 1) -> Any:
     """Registers per thread: A fragments (plus 2 per unrolled k-tile for the V fragments the scheduler keeps in
     flight where one V fragment serves a single m-tile), accumulators, per-element state, fixed part. Calibrated
     against ptxas -v: the sm_90 1x768 bf16 forward holds 12 register k-tiles in 6 warps, or 6 in 12 warps, without
     spills; the sm_80 DH=128 backward spills at 32 k-tiles without the V term."""
+    if partial_sums:  # the forward's A fragments; accumulators of the warp's units; all B fragments; dy
+        span = 16 // k_tile(p)
+        b_regs = (4 if p.dtype == "fp32" else 2) * p.gates * span * n_tiles
+        elems = (4 * n_tiles + warps_k - 1) // warps_k
+        return (fragment_registers(p) * p.gates * reg_k_tiles + 4 * n_tiles * k_tiles_per_warp // span + b_regs
+                + p.states * elems + BASE_REGISTERS["backward"])
     mt = m_tiles(p)
     v_regs = 2 if mt == 1 else 0
     regs = (fragment_registers(p) * mt + v_regs) * reg_k_tiles + 4 * mt * n_tiles + BASE_REGISTERS[p.direction]
@@ -124,37 +154,45 @@ def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any) -> Any:
     return regs
 
 
-EXCHANGES = ("cluster", "global")
+EXCHANGES = ("cluster", "global", "partials")
+"""How the blocks of a split head exchange a step: the step vector inside a cluster or through global memory, or
+(backward only; the forward exchanges through global memory then) partial sums through global memory."""
 
 
-def exchange_bytes(p: FusedProblem, n_tiles: Any) -> Any:
-    """Bytes of one fill of the global exchange's tagged words for a batch tile (4 payload bytes per 8-byte word)."""
+def exchange_bytes(p: FusedProblem, n_tiles: Any, partial_sums: bool = False) -> Any:
+    """Bytes of one fill of the global exchange for a batch tile: the tagged step vector (4 payload bytes per 8-byte
+    word), or every block's fp32 partial sums of every unit (head_dim / 16 sources per unit)."""
+    if partial_sums:
+        return p.head_dim // 16 * p.head_dim * 8 * n_tiles * 4
     return 8 * n_tiles * k_dim(p) * p.elem_bytes * 2
 
 
-def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
-          exchange: str | None = None) -> tuple[Model, Any]:
+def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str | None = None,
+          partial_sums: bool = False) -> tuple[Model, Any]:
     """The constraint model of `p` on `gpu` and its objective (per-step cycles of the whole grid).
 
     `stream_from_l2` admits k-tiles streamed from L2 each step (global_k_tiles > 0): the planner asks for it only
     when no tiling keeps all of R on chip, which also keeps the search small for every other problem.
     `exchange` ("cluster" or "global") restricts how the blocks of a split head exchange the step vector; None
-    leaves it to the objective. "cluster" includes the unsplit head (one block per head)."""
+    leaves it to the objective. "cluster" includes the unsplit head (one block per head). `partial_sums` models the
+    partial-sum backward (a split head, through global memory; with exchange None only past the cluster limit)."""
+    if partial_sums and (p.direction != "backward" or stream_from_l2 or exchange == "cluster"):
+        raise ValueError("partial sums are a backward exchanging through global memory with R on chip")
     m = Model()
-    mt, kt_total = m_tiles(p), k_dim(p) // k_tile(p)
+    mt, kt_total = m_tiles(p, partial_sums), k_dim(p, partial_sums) // k_tile(p)
     max_warps = gpu.max_threads_per_block // gpu.warp_size
     cluster_limit = gpu.cluster_max_nonportable
-    if exchange not in (None, *EXCHANGES):
-        raise ValueError(f"exchange must be one of {EXCHANGES} or None, not {exchange!r}")
+    if exchange not in (None, "cluster", "global"):
+        raise ValueError(f"exchange must be 'cluster', 'global' or None, not {exchange!r}")
     cluster_sizes = [c for c in (1, 2, 4, 8, 16) if c <= cluster_limit]
     units = p.head_dim // 16
     splits = [d for d in range(2, min(units, gpu.sm_count) + 1) if units % d == 0]
     cb = m.int_var(values=sorted(set(cluster_sizes) | set(splits)), name="head_blocks")
-    clustered = m.int_var(0, 1 if cluster_limit > 1 and exchange != "global" else 0, "clustered")
+    clustered = m.int_var(0, 1 if cluster_limit > 1 and exchange != "global" and not partial_sums else 0, "clustered")
     # Streaming part of R from L2 as well as exchanging through it only where no cluster can take the head: the fp32
     # 1x768 backward on an H200 measured 53 us per step that way against 26 us in clusters of 16.
     offer_global = exchange == "global" or (exchange is None and not (stream_from_l2 and cluster_limit > 1))
-    glob = m.int_var(1 if exchange == "global" else 0, 1 if offer_global else 0, "global_exchange")
+    glob = m.int_var(1 if exchange == "global" or partial_sums else 0, 1 if offer_global else 0, "global_exchange")
     wm = m.int_var(1, max_warps, "warps_m")
     wk = m.int_var(values=[w for w in (1, 2, 4, 8, 16) if w <= max_warps], name="warps_k")
     kt_w = m.int_var(1, kt_total, "k_tiles_per_warp")
@@ -166,7 +204,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     parts = gpu.register_file_partitions
     warp_groups = m.int_var(1, -(-max_warps // parts), "warp_groups")  # warps rounded up to the partitions
     tiles = m.int_var(1, -(-p.batch // 8), "batch_tiles")
-    vb = m.int_var(values=[1, 2], name="vector_buffers")
+    vb = m.int_var(values=[1] if partial_sums else [1, 2], name="vector_buffers")
     stages = m.int_var(2, 4, "stages")
     max_tiles = -(-p.batch // 8)
     waves = m.int_var(1, -(-p.num_heads * max(cluster_sizes + splits) * max_tiles // gpu.sm_count), "waves")
@@ -179,14 +217,14 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     m.add(warps * gpu.warp_size <= gpu.max_threads_per_block,
           name=f"threads per block <= {gpu.max_threads_per_block}")
     m.add(warp_groups * parts >= warps, name="warps counted in whole register-file partitions")
-    regs = predicted_registers(p, nt, reg_kt)
+    regs = predicted_registers(p, nt, reg_kt, partial_sums, kt_w, wk)
     stream_regs = STREAM_REGISTERS * nt if stream_from_l2 else 0
     margin = REGISTER_MARGIN_SM100 if gpu.compute_capability >= (10, 0) else REGISTER_MARGIN
     m.add(regs + margin + stream_regs + EXCHANGE_REGISTERS * glob <= budget,
           name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages)
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
@@ -195,6 +233,8 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     if p.direction == "forward" and (p.dtype == "fp32" or gpu.compute_capability >= (10, 0)):
         m.add(nt == 1, name="fp32 or sm_100 forward: one n-tile per block (larger batch tiles spill far beyond the "
                             "register model there, ptxas -v)")
+    if partial_sums and k_tile(p) < 16:
+        m.add(kt_w * k_tile(p) % 16 == 0, name="partial sums: a warp's units cover whole 16-row tiles of R^T")
     m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
@@ -219,7 +259,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
         + warps * (kt_w - reg_kt - glob_kt) * mt * fragment_bytes(p) // SMEM_BYTES_PER_CYCLE
         + warps * glob_kt * mt * fragment_bytes(p) // L2_BYTES_PER_CYCLE
         + warps * kt_w * nt * 256 // SMEM_BYTES_PER_CYCLE
-        + (wk - 1) * (BLOCK_BARRIER + mt * nt * 16)
+        + (0 if partial_sums else (wk - 1) * (BLOCK_BARRIER + mt * nt * 16))
         + (warps + 3) // 4 * elems * (p.gates * POINTWISE_PER_GATE + POINTWISE_FIXED)
         + elems * POINTWISE_CHAIN[p.direction]
         + BLOCK_BARRIER
@@ -228,11 +268,18 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False,
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
         step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
-    exchange_read = nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE)
+    if partial_sums:  # read this block's share of every block's partial sums, write its own for every unit
+        exchange_read = partial_words(p, wm, nt) * 4 // EXCHANGE_L2_BYTES_PER_CYCLE
+        exchange_read = exchange_read + p.head_dim * 8 * nt * 4 // L2_BYTES_PER_CYCLE
+        loads = partial_words(p, wm, nt) // 4  # 16-byte loads of the share
+    else:  # read the whole tagged vector
+        exchange_read = nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE)
+        loads = glob * nt * k_dim(p) * e  # pairs of words of a fill
     step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + exchange_read)
-    if exchange != "cluster":  # rounds of polled loads: every thread reads its share of the whole tagged vector
-        rounds = m.int_var(0, -(-max_tiles * k_dim(p) * e // (EXCHANGE_LOADS * 32)), "exchange_rounds")
-        m.add(rounds * EXCHANGE_LOADS * 32 * warps >= glob * nt * k_dim(p) * e,  # pairs of words of a fill
+    if exchange != "cluster":  # rounds of polled loads: every thread reads its share
+        most = p.head_dim * 8 // 128 if partial_sums else -(-max_tiles * k_dim(p) * e // (EXCHANGE_LOADS * 32))
+        rounds = m.int_var(0, max(1, most), "exchange_rounds")
+        m.add(rounds * EXCHANGE_LOADS * 32 * warps >= loads,
               name="the global exchange's 16-byte loads in rounds over the block's threads")
         step = step + (rounds - glob) * EXCHANGE_ROUND
     bytes_per_cycle = gpu.memory_bandwidth // (gpu.boost_clock_mhz * 1_000_000)

@@ -58,7 +58,7 @@ def render(plan: Any, cell: str | CellSpec | None = None) -> str:
     if spec.gate_count != plan.gates or spec.state_count != plan.states:
         raise ValueError(f"cell {spec.name!r} has {spec.gate_count} gates / {spec.state_count} states but the plan "
                          f"was solved for {plan.gates} / {plan.states}; plan for cell {spec.name!r}")
-    body = (KERNEL_DIR / f"{plan.direction}.cu").read_text()
+    body = (KERNEL_DIR / plan.kernel_source).read_text()
     return "\n".join([
         f"// {plan.kernel_name}: cell {spec.name}, {plan.dtype}, planned for {plan.gpu} ({plan.version})",
         defines(plan),

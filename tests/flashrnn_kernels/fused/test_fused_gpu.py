@@ -75,17 +75,22 @@ EXCHANGE_CASES = [  # (exchange, dtype, B, T, NH, DH): split heads both ways; T 
     ("global", "fp16", 3, 2, 1, 512), ("global", "bf16", 2, 1, 1, 256), ("global", "fp32", 2, 8, 1, 768),
     ("global", "bf16", 2, 16, 1, 1024),
     ("cluster", "bf16", 4, 64, 1, 768), ("cluster", "bf16", 2, 16, 1, 1024), ("cluster", "fp32", 2, 8, 1, 768),
+    ("partials", "bf16", 3, 64, 2, 64), ("partials", "fp32", 5, 17, 3, 256), ("partials", "bf16", 17, 33, 1, 768),
+    ("partials", "fp16", 3, 2, 1, 512), ("partials", "bf16", 2, 1, 1, 256), ("partials", "bf16", 2, 16, 1, 1024),
+    ("partials", "fp32", 4, 40, 1, 512),
 ]
 
 
 @pytest.mark.parametrize("cell", ["lstm", "slstm"])
 @pytest.mark.parametrize("exchange,dtype,B,T,NH,DH", EXCHANGE_CASES)
 def test_each_exchange_matches_float64(monkeypatch, cell, exchange, dtype, B, T, NH, DH):
-    """The blocks of a split head exchanging the step vector inside a cluster and through global memory."""
+    """The blocks of a split head exchanging the step vector inside a cluster and through global memory, and the
+    backward reduce-scattering partial sums."""
     for direction in ("forward", "backward"):
         p = plan(cell, B, NH, DH, dtype, gpu=function._device_gpu(torch.cuda.current_device()), direction=direction,
                  exchange=exchange)
-        assert p.head_blocks > 1 and p.global_exchange == (exchange == "global")
+        assert p.head_blocks > 1 and p.global_exchange == (exchange != "cluster")
+        assert p.partial_sums == (exchange == "partials" and direction == "backward")
     monkeypatch.setattr(function, "EXCHANGE", exchange)
     out, ref = run_both(B, T, NH, DH, DTYPES[dtype], cell=cell)
     bound = 3 * TOLERANCES[torch.float32]["rel"] if dtype == "fp32" and DH >= 1024 else None

@@ -35,10 +35,13 @@ def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
     if p.global_exchange:  # every block resident at once (a cooperative launch)
         blocks = p.num_heads * p.head_blocks * p.batch_tiles(batch)
         assert p.head_blocks > 1 and blocks <= gpu.sm_count * p.blocks_per_sm
-        assert p.exchange_bytes(batch) == p.batch_tiles(batch) * p.num_heads * 2 * 8 * p.batch_tile * p.k_dim * (
-            2 if p.dtype != "fp32" else 4) * 2 // 8
+        # two fills per (batch tile, head): the tagged vector (8-byte words of 4 payload bytes), or every 16-row
+        # group's fp32 partial sum of every unit and batch column
+        fill = (p.head_dim // 16 * p.head_dim * p.batch_tile * 4 if p.partial_sums
+                else p.batch_tile * p.k_dim * (2 if p.dtype != "fp32" else 4) * 2)
+        assert p.exchange_bytes(batch) == p.batch_tiles(batch) * p.num_heads * 2 * fill
     else:
-        assert p.exchange_bytes(batch) == 0
+        assert p.exchange_bytes(batch) == 0 and not p.partial_sums
         assert p.head_blocks == 1 or (p.head_blocks <= gpu.cluster_max_nonportable and p.head_blocks & (
             p.head_blocks - 1) == 0)
     assert p.nonportable_cluster == (not p.global_exchange and p.head_blocks > gpu.cluster_max_portable)
@@ -66,7 +69,9 @@ def test_plans_fit_every_gpu(cell, gpu_name, direction):
             assert (p.gpu, p.arch, p.direction, p.dtype, p.cell) == (gpu.name, gpu.arch, direction, dtype, cell)
             spec = CELLS[cell]
             assert (p.gates, p.states) == (spec.gate_count, spec.state_count)
-            assert p.m_tiles == (spec.gate_count if direction == "forward" else 1)
+            assert p.m_tiles == (spec.gate_count if direction == "forward" or p.partial_sums else 1)
+            assert p.k_dim == p.head_dim * (1 if direction == "forward" or p.partial_sums else spec.gate_count)
+            assert not p.partial_sums or (direction == "backward" and p.global_exchange and p.global_k_tiles == 0)
             check_limits(p, gpu, batch)
             solved += 1
     assert solved >= 4  # heads up to 256 units fit every sm_80+ GPU
@@ -208,3 +213,23 @@ def test_no_gpu_and_no_device_says_what_to_pass(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", no_device)
     with pytest.raises(PlanError, match="pass gpu= a hwmodels name"):
         plan("lstm", 16, 12, 64, "bf16")
+
+
+def test_backward_of_a_head_past_the_cluster_limit_sums_partial_products():
+    # 1x768 bf16 backward: the forward's tiling (48 blocks, R in registers) reduce-scattering partial sums, where
+    # gathering the gate gradients needs a cluster of 16 streaming part of R from L2, or 48 blocks reading the whole
+    # tagged vector of 4 x 768 gate gradients per step.
+    gpu = hwmodels.load("H200")
+    p = plan("lstm", 16, 1, 768, "bf16", gpu=gpu, direction="backward")
+    assert p.partial_sums and p.global_exchange and p.head_blocks == 48 and p.global_k_tiles == 0
+    assert p.m_tiles == 4 and p.k_dim == 768 and p.vector_buffers == 1 and p.kernel_source == "backward_partials.cu"
+    check_limits(p, gpu, 16)
+    gather = plan("lstm", 16, 1, 768, "bf16", gpu=gpu, direction="backward", exchange="cluster")
+    assert not gather.partial_sums and p.objective < gather.objective
+    # a head that a cluster holds keeps the gather; the forward never sums partial products
+    assert not plan("lstm", 16, 6, 128, "bf16", gpu=gpu, direction="backward").partial_sums
+    forced = plan("lstm", 3, 2, 64, "bf16", gpu=gpu, direction="backward", exchange="partials")
+    assert forced.partial_sums and forced.head_blocks > 1
+    check_limits(forced, gpu, 3)
+    forward = plan("lstm", 3, 2, 64, "bf16", gpu=gpu, exchange="partials")
+    assert forward.global_exchange and not forward.partial_sums and forward.kernel_source == "forward.cu"

@@ -1,0 +1,235 @@
+// Persistent fused recurrent backward in the forward's tiling, for heads split over more blocks than a cluster holds:
+// the gate-gradient recurrence, all T steps in one launch, t = T-1 .. 0.
+//
+// Block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS) with all GATES gates of each, and holds the same
+// slice of R as in the forward: R[g][o][:] for its units o. Per step it runs the cell's backward step for its own
+// units (the recurrent gradient of h comes in as partial sums), keeps the gate gradients dx in shared memory, and
+// multiplies them by its slice of R transposed: partial[u][b] = sum over its (g, o) of R[g][o][u] dx_g[o][b], for
+// every unit u of the head. The fp32 partial sums travel to the owners of their units through global memory (a
+// reduce-scatter), where the next step sums them. Nothing but partial sums is exchanged, and each block reads only
+// its own units' share: HEAD_DIM x BATCH_TILE x WARPS_M words per step, where gathering the gate gradients would
+// read GATES x HEAD_DIM x BATCH_TILE elements, tagged.
+//
+// Exchange: each (batch tile, head) owns two slots (fill f in slot f % 2) of HEAD_BLOCKS owner regions of SOURCES
+// (one per 16-row group of a block) x BATCH_TILE x ROWS fp32 words. A word's two low mantissa bits carry the tag
+// (f + 1) % 4, so a reader polls the data itself (one 16-byte load per 4 words; the buffer is zeroed before the
+// launch, tag 0). A slot is rewritten two fills later, only after its writer has read the fill in between, which
+// every reader wrote after reading this one (as in engine.cuh's GlobalExchange). Clearing two of 24 mantissa bits
+// changes a partial sum by at most 2^-22 relative. All blocks are co-resident (cooperative launch).
+//
+// Tensors: as backward.cu; exchange_buf: zeroed, plan.exchange_bytes(B) bytes; r_scratch unused (R on chip).
+
+#define K_DIM HEAD_DIM
+#include "fused/engine.cuh"
+#include "fused/backward_step.cuh"
+
+static_assert(M_TILES == GATES, "partial sums: a warp holds all gates of its 16 units, as in the forward");
+static_assert(GLOBAL_EXCHANGE && HEAD_BLOCKS > 1 && GLOBAL_K_TILES == 0 && VECTOR_BUFFERS == 1,
+              "partial sums: a split head, R on chip, one local gate-gradient buffer, exchange through global memory");
+
+#define K_SPAN (16 / K_TILE)                       // k-tiles of the forward's A per 16-unit m-tile of R^T
+#define T_TILES (K_TILES_PER_WARP / K_SPAN)        // m16 tiles of R^T (units u) per warp
+#define SOURCES (HEAD_BLOCKS * WARPS_M)            // partial sums per unit: one per 16-row group of the head
+#define DX_STRIDE (GATES * ROWS_PER_BLOCK + 16 / (int)sizeof(elem_t))  // dx[b][g * ROWS + r], padded row
+#define ELEMS ((ROWS_PER_BLOCK * BATCH_TILE + THREADS - 1) / THREADS)  // pointwise elements per thread
+#define QUADS (SOURCES * BATCH_TILE * ROWS_PER_BLOCK / 4)             // 16-byte loads of a block's share
+static_assert(K_TILES_PER_WARP % K_SPAN == 0, "a warp's units cover whole 16-row tiles of R^T");
+static_assert(ROWS_PER_BLOCK % 4 == 0, "a block's share is read in 16-byte loads");
+
+// Shared memory layout (bytes): R fragments, the step's dx, staged per-step inputs, received partial sums.
+#define SM_RFRAG 0
+#define SM_DX (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
+#define SM_STAGE (SM_DX + BATCH_TILE * DX_STRIDE * (int)sizeof(elem_t))
+#define SM_RECV (SM_STAGE + STAGE_BYTES)
+#define SM_TOTAL (SM_RECV + QUADS * 16)
+static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
+
+__device__ __forceinline__ void store_tagged(u32* p, float v, u32 tag) {
+    const u32 word = (__float_as_uint(v) & ~3u) | tag;
+    asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(word) : "memory");
+}
+
+__device__ __forceinline__ uint4 load_quad_relaxed(const u32* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ bool tagged(uint4 v, u32 tag) {
+    return ((v.x & 3u) == tag) & ((v.y & 3u) == tag) & ((v.z & 3u) == tag) & ((v.w & 3u) == tag);
+}
+
+// acc[i] = (rows of R^T: the warp's units k_first + 16 i ..) . dx (the warp's 16-row group, all gates). Slot (kt, m)
+// of the forward's fragments holds the transposed tile: units of m-tile kt / K_SPAN, gate m, units o of the group
+// offset by (kt % K_SPAN) * K_TILE.
+__device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILES][4], const RecurrentA& A,
+                                                    const elem_t* dx, int wm) {
+    const int lane = threadIdx.x & 31;
+    bfrag_t b[GATES][K_SPAN][N_TILES];
+#pragma unroll
+    for (int m = 0; m < GATES; ++m)
+#pragma unroll
+        for (int s = 0; s < K_SPAN; ++s)
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+                load_b_fragment(b[m][s][n], dx, DX_STRIDE, m * ROWS_PER_BLOCK + wm * 16 + s * K_TILE, n);
+#pragma unroll
+    for (int i = 0; i < T_TILES; ++i)
+#pragma unroll
+        for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][n][e] = 0.f;
+#pragma unroll
+    for (int kt = 0; kt < K_TILES_PER_WARP; ++kt)
+#pragma unroll
+        for (int m = 0; m < GATES; ++m) {
+            afrag_t a;
+            if (kt < REG_K_TILES) {
+#pragma unroll
+                for (int v = 0; v < A_REGS; ++v) a[v] = A.reg[kt < REG_K_TILES ? kt : 0][m][v];
+            } else {
+#pragma unroll
+                for (int v = 0; v < A_VECS; ++v) {
+                    const uint4 x = A.smem[(((kt - REG_K_TILES) * M_TILES + m) * A_VECS + v) * 32 + lane];
+                    a[4 * v] = x.x; a[4 * v + 1] = x.y; a[4 * v + 2] = x.z; a[4 * v + 3] = x.w;
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n) mma_tile(acc[kt / K_SPAN][n], a, b[m][kt % K_SPAN][n]);
+        }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
+flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__ states,
+                        const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
+                        const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
+                        const elem_t* __restrict__ d_last, elem_t* __restrict__ d_gates,
+                        elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch,
+                        unsigned long long* __restrict__ exchange_buf, int B, int T) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    elem_t* dxs = reinterpret_cast<elem_t*>(smem + SM_DX);
+    float* recv = reinterpret_cast<float*>(smem + SM_RECV);  // [SOURCES][BATCH_TILE][ROWS]
+
+    constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
+    const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
+    const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
+    const int u_block = rank * ROWS, o_warp = u_block + wm * 16, k_first = wk * K_TILES_PER_WARP * K_TILE;
+
+    // The forward's fragment slots, each holding a tile of R^T: slot (kt, m) element (row, k) is
+    // R[m][head][o_warp + kk % 16][k_first + kk - kk % 16 + row] with kk = k - k_first.
+    RecurrentA A;
+    A.load(reinterpret_cast<uint4*>(smem + SM_RFRAG), r_scratch, warp, k_first, [&](int m, int row, int k) {
+        const int kk = k - k_first, o = o_warp + kk % 16, u = k_first + kk - kk % 16 + row;
+        return to_float(R[((size_t)(m * NH + head) * DH + o) * DH + u]);
+    });
+
+    // Pointwise element i = threadIdx.x + j * THREADS: unit r = i % ROWS, batch column i / ROWS. dy: the gradients
+    // of the states after the step being processed, starting from the last states' gradient.
+    float dy[ELEMS][S];
+#pragma unroll
+    for (int j = 0; j < ELEMS; ++j) {
+        const int i = threadIdx.x + j * THREADS, r = i % ROWS, col = i / ROWS;
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+            dy[j][k] = col < valid_b && i < ROWS * BATCH_TILE
+                           ? to_float(d_last[((size_t)(k * B + b0 + col) * NH + head) * DH + u_block + r])
+                           : 0.f;
+    }
+
+    BackwardStep inputs;
+    inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
+                u_block);
+    auto stage_iteration = [&](int it) {  // inputs of iteration `it` (step T-1-it) in stage it % STAGES
+        if (it < T) inputs.stage(T - 1 - it, it % STAGES);
+        cp_async_commit();
+    };
+#pragma unroll 1
+    for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
+    cp_async_wait_group<STAGES - 2>();
+    __syncthreads();
+
+    constexpr int SLOT = HEAD_BLOCKS * SOURCES * BATCH_TILE * ROWS;  // words of one fill
+    u32* slots = reinterpret_cast<u32*>(exchange_buf) + ((size_t)blockIdx.y * NH + head) * 2 * SLOT;
+    const int source = rank * WARPS_M + wm;
+
+    // Iteration `it` processes step t = T-1-it with the recurrent gradient summed from fill it-1 (none at it = 0);
+    // iteration T only adds it to the initial state's gradient.
+    for (int it = 0; it <= T; ++it) {
+        const int t = T - 1 - it;
+        stage_iteration(it + STAGES - 1);
+#pragma unroll
+        for (int j = 0; j < ELEMS; ++j) {
+            const int i = threadIdx.x + j * THREADS, r = i % ROWS, col = i / ROWS;
+            if (ELEMS * THREADS != ROWS * BATCH_TILE && i >= ROWS * BATCH_TILE) break;
+            float dh_rec = 0.f;
+            if (it > 0)
+#pragma unroll 8
+                for (int s = 0; s < SOURCES; ++s) dh_rec += recv[(s * BATCH_TILE + col) * ROWS + r];
+            if (it == T) {
+                if (col < valid_b)
+#pragma unroll
+                    for (int k = 0; k < S; ++k)
+                        d_states[((size_t)(k * B + b0 + col) * NH + head) * DH + u_block + r] =
+                            from_float<elem_t>(dy[j][k] + (k == 0 ? dh_rec : 0.f));
+                continue;
+            }
+            float dx[G];
+            inputs.step(it % STAGES, r, col, dh_rec, dy[j], dx);
+#pragma unroll
+            for (int g = 0; g < G; ++g) dxs[col * DX_STRIDE + g * ROWS + r] = from_float<elem_t>(dx[g]);
+            inputs.store_d_gates(t, r, col, dx);
+        }
+        if (it == T) break;
+        __syncthreads();  // dx complete
+
+        // This warp's partial sums of R^T dx to the owners of their units.
+        float acc[T_TILES][N_TILES][4];
+        multiply_transposed(acc, A, dxs, wm);
+        const u32 tag = (u32)(it + 1) & 3u;
+        u32* fill = slots + (it & 1) * SLOT;
+#pragma unroll
+        for (int i = 0; i < T_TILES; ++i)
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int u = k_first + i * 16 + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+                    const int owner = u / ROWS, r = u - owner * ROWS;
+                    store_tagged(fill + (((size_t)owner * SOURCES + source) * BATCH_TILE + col) * ROWS + r,
+                                 acc[i][n][e], tag);
+                }
+
+        // Every source's partial sums of this block's units, as they arrive.
+        const u32* share = fill + (size_t)rank * SOURCES * BATCH_TILE * ROWS;
+#pragma unroll 1
+        for (int q0 = 0; q0 < QUADS; q0 += EXCHANGE_LOADS * THREADS) {
+            uint4 w[EXCHANGE_LOADS];
+            u32 stale = 0;  // bit l: load l is still to be read
+#pragma unroll
+            for (int l = 0; l < EXCHANGE_LOADS; ++l)
+                if (q0 + l * THREADS + (int)threadIdx.x < QUADS) stale |= 1u << l;
+            while (stale != 0) {
+#pragma unroll
+                for (int l = 0; l < EXCHANGE_LOADS; ++l)
+                    if (stale & (1u << l)) w[l] = load_quad_relaxed(share + 4 * (q0 + l * THREADS + (int)threadIdx.x));
+#pragma unroll
+                for (int l = 0; l < EXCHANGE_LOADS; ++l)
+                    if ((stale & (1u << l)) && tagged(w[l], tag)) stale &= ~(1u << l);
+            }
+#pragma unroll
+            for (int l = 0; l < EXCHANGE_LOADS; ++l) {
+                const int q = q0 + l * THREADS + (int)threadIdx.x;
+                if (q < QUADS)
+                    reinterpret_cast<float4*>(recv)[q] =
+                        make_float4(__uint_as_float(w[l].x & ~3u), __uint_as_float(w[l].y & ~3u),
+                                    __uint_as_float(w[l].z & ~3u), __uint_as_float(w[l].w & ~3u));
+            }
+        }
+        cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
+        __syncthreads();
+    }
+}

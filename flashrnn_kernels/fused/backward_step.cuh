@@ -1,0 +1,96 @@
+// The fused backward kernels' per-step inputs and cell step, shared by backward.cu (blocks own rows of R^T and
+// gather the gate gradients) and backward_partials.cu (blocks own rows of R and reduce-scatter partial sums).
+// A block owns hidden units [u_block, u_block + ROWS_PER_BLOCK) of one head and one batch tile; the saved gate values
+// and states of a step are staged into shared memory by cp.async (16-byte rows, zero past the batch).
+#pragma once
+
+#define STAGE_F32_ROWS (GATES + 2 * (STATES - 1))  // a_g, s_k, y_k (k >= 1) per batch row, fp32
+#define STAGE_ELEM_ROWS 3                          // s_h, y_h, d_h per batch row, elem_t
+#define STAGE_F32_TILE (BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK)  // floats of one stage
+#define STAGE_ELEM_TILE (BATCH_TILE * ROWS_PER_BLOCK)                  // elements of one staged elem_t row group
+// Bytes of the STAGES-deep staging buffers: fp32 rows, then elem_t rows.
+#define STAGE_BYTES (STAGES * (STAGE_F32_TILE * 4 + STAGE_ELEM_ROWS * STAGE_ELEM_TILE * (int)sizeof(elem_t)))
+
+struct BackwardStep {
+    float* f32;    // [STAGES][STAGE_F32_ROWS groups][BATCH_TILE][ROWS] as laid out by stage()
+    elem_t* elem;  // [STAGES][3][BATCH_TILE][ROWS]
+    const elem_t *states, *h_out, *d_h;
+    const float *gates_save, *states_save;
+    elem_t* d_gates;
+    int B, T, b0, valid_b;
+    size_t col0, unit_stride;  // element offset of the block's first unit in a [.., NH, DH] row; NH * DH
+
+    __device__ __forceinline__ void init(void* stage_smem, const elem_t* states_, const elem_t* h_out_,
+                                         const elem_t* d_h_, const float* gates_save_, const float* states_save_,
+                                         elem_t* d_gates_, int B_, int T_, int b0_, int valid_b_, int head,
+                                         int u_block) {
+        f32 = static_cast<float*>(stage_smem);
+        elem = reinterpret_cast<elem_t*>(f32 + STAGES * STAGE_F32_TILE);
+        states = states_; h_out = h_out_; d_h = d_h_; gates_save = gates_save_; states_save = states_save_;
+        d_gates = d_gates_; B = B_; T = T_; b0 = b0_; valid_b = valid_b_;
+        unit_stride = (size_t)NUM_HEADS * HEAD_DIM;
+        col0 = (size_t)head * HEAD_DIM + u_block;
+    }
+
+    // Stage the inputs of step t into buffer buf (one cp.async group per call, committed by the caller).
+    __device__ __forceinline__ void stage(int t, int buf) const {
+        constexpr int G = GATES, S = STATES, F32_ROW = ROWS_PER_BLOCK * 4;
+        constexpr int ELEM_ROW = ROWS_PER_BLOCK * (int)sizeof(elem_t);
+        const long long seq_b = (long long)T * unit_stride;  // elements between batches of h_out / d_h
+        float* f = f32 + buf * STAGE_F32_TILE;
+        elem_t* el = elem + buf * STAGE_ELEM_ROWS * STAGE_ELEM_TILE;
+        stage_rows<G, F32_ROW>(f, gates_save + ((size_t)b0 * T + t) * G * unit_stride + col0, seq_b * G * 4,
+                               unit_stride * 4, valid_b);
+        const long long save_b = (long long)(T + 1) * unit_stride, save_k = (long long)B * save_b;
+        const float* sv = states_save + (size_t)b0 * save_b + col0;
+        stage_rows<S - 1, F32_ROW>(f + BATCH_TILE * G * ROWS_PER_BLOCK, sv + (size_t)t * unit_stride, save_b * 4,
+                                   save_k * 4, valid_b);
+        stage_rows<S - 1, F32_ROW>(f + BATCH_TILE * (G + S - 1) * ROWS_PER_BLOCK, sv + (size_t)(t + 1) * unit_stride,
+                                   save_b * 4, save_k * 4, valid_b);
+        if (t > 0)
+            stage_rows<1, ELEM_ROW>(el, h_out + (size_t)b0 * seq_b + (size_t)(t - 1) * unit_stride + col0,
+                                    seq_b * sizeof(elem_t), 0, valid_b);
+        else
+            stage_rows<1, ELEM_ROW>(el, states + (size_t)b0 * unit_stride + col0, unit_stride * sizeof(elem_t), 0,
+                                    valid_b);
+        stage_rows<1, ELEM_ROW>(el + STAGE_ELEM_TILE, h_out + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0,
+                                seq_b * sizeof(elem_t), 0, valid_b);
+        stage_rows<1, ELEM_ROW>(el + 2 * STAGE_ELEM_TILE, d_h + (size_t)b0 * seq_b + (size_t)t * unit_stride + col0,
+                                seq_b * sizeof(elem_t), 0, valid_b);
+    }
+
+    // The cell's backward step for unit r (of the block's ROWS) and batch column col, inputs in stage buf:
+    // dy holds the gradients of the states after the step and becomes those before it; dh_rec is the recurrent
+    // part of h's gradient (R^T of the next step's gate gradients). The gate gradients come back in dx.
+    __device__ __forceinline__ void step(int buf, int r, int col, float dh_rec, float (&dy)[STATES],
+                                         float (&dx)[GATES]) const {
+        constexpr int G = GATES, S = STATES, ROWS = ROWS_PER_BLOCK;
+        const float* f = f32 + buf * STAGE_F32_TILE;
+        const elem_t* el = elem + buf * STAGE_ELEM_ROWS * STAGE_ELEM_TILE;
+        float a[G], s[S], y[S], d[S], ds[S];
+#pragma unroll
+        for (int j = 0; j < G; ++j) a[j] = f[(col * G + j) * ROWS + r];
+        s[0] = to_float(el[col * ROWS + r]);
+        y[0] = to_float(el[STAGE_ELEM_TILE + col * ROWS + r]);
+        d[0] = dy[0] + dh_rec + to_float(el[2 * STAGE_ELEM_TILE + col * ROWS + r]);
+#pragma unroll
+        for (int k = 1; k < S; ++k) {
+            s[k] = f[BATCH_TILE * G * ROWS + (col * (S - 1) + k - 1) * ROWS + r];
+            y[k] = f[BATCH_TILE * (G + S - 1) * ROWS + (col * (S - 1) + k - 1) * ROWS + r];
+            d[k] = dy[k];
+        }
+        cell_backward(a, s, y, d, dx, ds);
+#pragma unroll
+        for (int k = 0; k < S; ++k) dy[k] = ds[k];
+    }
+
+    // Write the gate gradients of step t, unit r, batch column col (dropped past the batch).
+    __device__ __forceinline__ void store_d_gates(int t, int r, int col, const float (&dx)[GATES]) const {
+        if (col < valid_b) {
+            const size_t bt = (size_t)(b0 + col) * T + t;
+#pragma unroll
+            for (int j = 0; j < GATES; ++j)
+                d_gates[(bt * GATES + j) * unit_stride + col0 + r] = from_float<elem_t>(dx[j]);
+        }
+    }
+};
