@@ -5,7 +5,7 @@
 # when a stage fails, and the run ends with a summary of stage exit codes. Output goes to ${OUT:-/tmp/out}:
 #   run_gpu.log       headers, nvidia-smi, versions, the tail of every stage log, the summary
 #   gpu_tests.log     python3 -m pytest -q -m gpu tests -rs
-#   sanitize.log      compute-sanitizer memcheck and racecheck: sanitize_case.py (3 cases), sanitize_scan.py
+#   sanitize.log      compute-sanitizer memcheck and racecheck: sanitize_case.py (4 cases), sanitize_scan.py
 #   bench_fused.log   benchmarks/bench_fused.py, shapes section (bench_sweeps.log: batch and length sweeps)
 #   host_overhead.log benchmarks/host_overhead.py (host time per call, cProfile)
 #   bench_cells.log   benchmarks/bench_cells.py (GRU, sLSTM, Elman on the fused kernel vs cuDNN and flashrnn)
@@ -127,12 +127,15 @@ EOF
                 SUMMARY+=("sanitize=missing")
                 continue
             fi
-            # Four cases: the fused LSTM with one block per head (the default), one head of 256 split over a
+            # Five cases: the fused LSTM with one block per head (the default), one head of 256 split over a
             # 16-block cluster (the distributed shared-memory exchange), one head of 768 split over 48 blocks (the
-            # exchange through global memory), and the scan kernels over many chunks (the look-back between blocks).
+            # exchange through global memory; its backward sums partial products), two heads of 64 split with
+            # partial sums, and the scan kernels over many chunks (the look-back between blocks).
             for case in "sanitize_case.py" "sanitize_case.py --heads 1 --head-dim 256" \
-                "sanitize_case.py --heads 1 --head-dim 768" "sanitize_scan.py"; do
+                "sanitize_case.py --heads 1 --head-dim 768" "sanitize_case.py --head-dim 64 --exchange partials" \
+                "sanitize_scan.py"; do
                 label=$(case "$case" in *256*) echo _cluster ;; *768*) echo _global ;; *scan*) echo _scan ;;
+                    *partials*) echo _partials ;;
                     *) echo "" ;; esac)
                 for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
                     # No caching allocator, so out-of-bounds accesses are not hidden inside torch's pooled blocks.

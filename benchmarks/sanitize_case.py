@@ -24,13 +24,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=5)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--exchange", choices=("cluster", "global", "partials"), default=None,
+                        help="how a split head's blocks exchange a step (default: the planner's choice)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("sanitize_case: CUDA is not available (torch.cuda.is_available() is False); it needs a GPU.",
               file=sys.stderr)
         return 1
     import flashrnn_kernels
+    from flashrnn_kernels.fused import function
 
+    function.EXCHANGE = args.exchange
     torch.manual_seed(0)
     B, T, NH, DH = args.batch, args.seq, args.heads, args.head_dim
 

@@ -32,7 +32,12 @@ static_assert(GLOBAL_EXCHANGE && HEAD_BLOCKS > 1 && GLOBAL_K_TILES == 0 && VECTO
 #define SOURCES (HEAD_BLOCKS * WARPS_M)            // partial sums per unit: one per 16-row group of the head
 #define DX_STRIDE (GATES * ROWS_PER_BLOCK + 16 / (int)sizeof(elem_t))  // dx[b][g * ROWS + r], padded row
 #define ELEMS ((ROWS_PER_BLOCK * BATCH_TILE + THREADS - 1) / THREADS)  // pointwise elements per thread
-#define QUADS (SOURCES * BATCH_TILE * ROWS_PER_BLOCK / 4)             // 16-byte loads of a block's share
+#define QPS (BATCH_TILE * ROWS_PER_BLOCK / 4)                        // 16-byte loads of one source's share
+#define QUADS (SOURCES * QPS)                                         // 16-byte loads of a block's share
+// Every load of a thread holds the same units and batch column (THREADS is a multiple of QPS): the thread sums its
+// loads in registers, and PARTS partial sums per element are left to add.
+#define PARTS (THREADS / QPS < SOURCES ? THREADS / QPS : SOURCES)
+static_assert(THREADS % QPS == 0, "partial sums: the threads split into whole groups of one source's share");
 static_assert(K_TILES_PER_WARP % K_SPAN == 0, "a warp's units cover whole 16-row tiles of R^T");
 static_assert(ROWS_PER_BLOCK % 4 == 0, "a block's share is read in 16-byte loads");
 
@@ -41,7 +46,7 @@ static_assert(ROWS_PER_BLOCK % 4 == 0, "a block's share is read in 16-byte loads
 #define SM_DX (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
 #define SM_STAGE (SM_DX + BATCH_TILE * DX_STRIDE * (int)sizeof(elem_t))
 #define SM_RECV (SM_STAGE + STAGE_BYTES)
-#define SM_TOTAL (SM_RECV + QUADS * 16)
+#define SM_TOTAL (SM_RECV + PARTS * QPS * 16)
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 __device__ __forceinline__ void store_tagged(u32* p, float v, u32 tag) {
@@ -111,7 +116,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
                         unsigned long long* __restrict__ exchange_buf, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* dxs = reinterpret_cast<elem_t*>(smem + SM_DX);
-    float* recv = reinterpret_cast<float*>(smem + SM_RECV);  // [SOURCES][BATCH_TILE][ROWS]
+    float* recv = reinterpret_cast<float*>(smem + SM_RECV);  // [PARTS][BATCH_TILE][ROWS]
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
     const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
@@ -167,8 +172,8 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
             if (ELEMS * THREADS != ROWS * BATCH_TILE && i >= ROWS * BATCH_TILE) break;
             float dh_rec = 0.f;
             if (it > 0)
-#pragma unroll 8
-                for (int s = 0; s < SOURCES; ++s) dh_rec += recv[(s * BATCH_TILE + col) * ROWS + r];
+#pragma unroll
+                for (int p = 0; p < PARTS; ++p) dh_rec += recv[(p * BATCH_TILE + col) * ROWS + r];
             if (it == T) {
                 if (col < valid_b)
 #pragma unroll
@@ -205,6 +210,7 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
 
         // Every source's partial sums of this block's units, as they arrive.
         const u32* share = fill + (size_t)rank * SOURCES * BATCH_TILE * ROWS;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
         for (int q0 = 0; q0 < QUADS; q0 += EXCHANGE_LOADS * THREADS) {
             uint4 w[EXCHANGE_LOADS];
@@ -223,12 +229,13 @@ flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__
 #pragma unroll
             for (int l = 0; l < EXCHANGE_LOADS; ++l) {
                 const int q = q0 + l * THREADS + (int)threadIdx.x;
-                if (q < QUADS)
-                    reinterpret_cast<float4*>(recv)[q] =
-                        make_float4(__uint_as_float(w[l].x & ~3u), __uint_as_float(w[l].y & ~3u),
-                                    __uint_as_float(w[l].z & ~3u), __uint_as_float(w[l].w & ~3u));
+                if (q >= QUADS) continue;
+                const float4 v = make_float4(__uint_as_float(w[l].x & ~3u), __uint_as_float(w[l].y & ~3u),
+                                             __uint_as_float(w[l].z & ~3u), __uint_as_float(w[l].w & ~3u));
+                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
             }
         }
+        if (threadIdx.x < PARTS * QPS) reinterpret_cast<float4*>(recv)[threadIdx.x] = sum;
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
     }

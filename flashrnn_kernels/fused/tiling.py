@@ -108,17 +108,25 @@ def partial_words(p: FusedProblem, warps_m: Any, n_tiles: Any) -> Any:
     return p.head_dim * 8 * n_tiles * warps_m
 
 
+def partial_parts(p: FusedProblem, warps_k: int, n_tiles: int) -> int:
+    """Partial sums per element left in shared memory after each thread has summed its loads: the block's threads
+    form warps_k / n_tiles groups, one per source share they read (at most head_dim / 16 sources)."""
+    return min(warps_k // n_tiles, p.head_dim // 16)
+
+
 def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any,
-               stages: Any, partial_sums: bool = False) -> Any:
+               stages: Any, partial_sums: bool = False, parts: Any = None) -> Any:
     """Dynamic shared memory of one block (the layout of forward.cu / backward.cu / backward_partials.cu, in that
-    order)."""
+    order). `parts`: partial_parts (computed when None)."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
     mt = m_tiles(p, partial_sums)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
     if partial_sums:  # the step's gate gradients, the staged inputs, the received partial sums
         size = size + batch_tile * (p.gates * rows + 16 // e) * e
         size = size + stages * batch_tile * ((p.gates + 2 * (p.states - 1)) * rows * 4 + 3 * rows * e)
-        return size + partial_words(p, warps_m, n_tiles) * 4
+        if parts is None:
+            parts = partial_parts(p, warps_k, n_tiles)
+        return size + parts * batch_tile * rows * 4
     size = size + vector_buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
     if p.direction == "forward":
         size = size + stages * batch_tile * p.gates * rows * e  # Wx staging
@@ -224,7 +232,12 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
           name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums)
+    parts = None
+    if partial_sums:
+        parts = m.int_var(1, min(16, p.head_dim // 16), "partial_parts")
+        m.add(m.any_of([parts * nt == wk, parts == p.head_dim // 16]), name="partial sums left per element")
+        m.add(parts * nt <= wk, name="one partial sum per group of threads")
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, parts)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
@@ -233,8 +246,10 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     if p.direction == "forward" and (p.dtype == "fp32" or gpu.compute_capability >= (10, 0)):
         m.add(nt == 1, name="fp32 or sm_100 forward: one n-tile per block (larger batch tiles spill far beyond the "
                             "register model there, ptxas -v)")
-    if partial_sums and k_tile(p) < 16:
-        m.add(kt_w * k_tile(p) % 16 == 0, name="partial sums: a warp's units cover whole 16-row tiles of R^T")
+    if partial_sums:
+        if k_tile(p) < 16:
+            m.add(kt_w * k_tile(p) % 16 == 0, name="partial sums: a warp's units cover whole 16-row tiles of R^T")
+        m.add(wk % nt == 0, name="partial sums: the threads split into whole groups of one source's share")
     m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
