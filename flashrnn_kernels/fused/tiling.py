@@ -284,6 +284,8 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
         step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
     if partial_sums:  # read this block's share of every block's partial sums, write its own for every unit
+        # (1x768 bf16 on an H200, B=16, T=1024: 4494 cycles predicted, about 2.9 us per step measured, against
+        # 11772 and 7.3 us for clusters of 16 gathering the gate gradients)
         exchange_read = partial_words(p, wm, nt) * 4 // EXCHANGE_L2_BYTES_PER_CYCLE
         exchange_read = exchange_read + p.head_dim * 8 * nt * 4 // L2_BYTES_PER_CYCLE
         loads = partial_words(p, wm, nt) // 4  # 16-byte loads of the share
