@@ -62,7 +62,7 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
     when that is predicted much faster (alternating.choose),
     and warns once per reason when it falls back to the reference (CPU tensors, a custom CellSpec, a dtype the
     kernels do not compute in, no CuPy). Under torch.compile it takes the fused kernel's custom op without asking
-    the planner, or traces the reference where the fused kernel does not apply."""
+    the planner, or the alternating backend's where the fused kernel does not apply."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {list(BACKENDS)}")
     if backend == "reference":
@@ -81,8 +81,8 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
         reason = "CuPy is not installed (pip install 'flashrnn-kernels[gpu]')"
     if reason is None:
         fused = cell.name in FUSED_CELLS and head_dim in HEAD_DIMS
-        if torch.compiler.is_compiling():  # traced once per shape: the fused custom op, else plain torch ops
-            return "fused" if fused else "reference"
+        if torch.compiler.is_compiling():  # traced once per shape: the custom op of one of the two CUDA backends
+            return "fused" if fused else "alternating"
         if not fused:
             return "alternating"
         if batch is None or num_heads is None:
@@ -122,8 +122,9 @@ def flashrnn(
     CellSpecs or other dtypes).
     dtype: cast all inputs to it first.
     Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.
-    torch.compile (fullgraph=True too) sees the fused kernel, and the reference on CPU, as one custom op
-    (`flashrnn_kernels.library`); a custom CellSpec, or the reference on CUDA, is traced as plain torch ops.
+    torch.compile (fullgraph=True too) sees the fused kernel, the alternating backend and the reference on CPU as
+    one custom op (`flashrnn_kernels.library`); a custom CellSpec, or the reference on CUDA, is traced as plain
+    torch ops.
     """
     spec = get_cell(cell)
     if backend not in BACKENDS:

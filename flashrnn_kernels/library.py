@@ -1,11 +1,13 @@
 """The kernels as torch.library custom ops: one opaque graph node each under torch.compile, with autograd.
 
 Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cannot carry a CellSpec):
-  flashrnn_forward(Wx, R, b, states, cell, training) -> (h, last, gates_save, states_save)
-  flashrnn_backward(Wx?, R, b, states, h, gates_save, states_save, d_h, d_last, cell) -> (dWx, dR, db, dstates)
+  flashrnn_forward(Wx, R, b, states, cell, training, backend) -> (h, last, gates_save, states_save)
+  flashrnn_backward(Wx?, R, b, states, h, gates_save, states_save, d_h, d_last, cell, backend)
+      -> (dWx, dR, db, dstates)
   scan_forward(cell, inputs, h0?) -> h
   scan_backward(cell, inputs, h0?, dh, h) -> [d input..., dh0 (when h0 is given)]
-CUDA runs the kernels (fused/function.py, scan/function.py). CPU runs the pure-PyTorch references
+CUDA runs the kernels (fused/function.py, or alternating/function.py for backend "alternating"; scan/function.py).
+Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops. CPU runs the pure-PyTorch references
 (fused/reference.py, scan/reference.py) forward; their backward ops are written out here (the cell's pointwise
 backward in reverse, the reverse linear scan), as autograd does not run inside an op's implementation. Each op
 has a fake implementation (shapes and dtypes only) and its autograd is registered with `register_autograd`.
@@ -90,32 +92,46 @@ def _reference_backward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, d_h: T
 
 # ---- flashrnn: the recurrent cells -------------------------------------------------------------------------
 
+CUDA_BACKENDS = ("fused", "alternating")
+
+
+def _backend(name: str) -> str:
+    if name not in CUDA_BACKENDS:
+        raise ValueError(f"flashrnn_kernels::flashrnn_* backend must be one of {CUDA_BACKENDS}, got {name!r}")
+    return name
+
+
 @torch.library.custom_op("flashrnn_kernels::flashrnn_forward", mutates_args=(), device_types="cpu")
-def flashrnn_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
-                     training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def flashrnn_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, training: bool,
+                     backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Wx [B, T, G, NH, DH], R [G, NH, DH, DH], b [G, NH, DH], states [S, B, NH, DH] -> (h [B, T, NH, DH],
     last [S, B, NH, DH], gates_save, states_save); the saves are the fp32 values the CUDA backward reads (empty on
-    CPU and when not `training`)."""
+    CPU and when not `training`). `backend`: the CUDA implementation, "fused" or "alternating" (CPU: the
+    reference either way)."""
+    _backend(backend)
     h, last = flashrnn_reference(Wx, R, b, states, _cell(cell))
     gates_shape, states_shape = _fused_saves(Wx, states, training)
     return h, last, Wx.new_empty(gates_shape, dtype=torch.float32), Wx.new_empty(states_shape, dtype=torch.float32)
 
 
 @flashrnn_forward.register_kernel("cuda")
-def _flashrnn_forward_cuda(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
-                           training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    # plans with the solver: imported when a kernel runs
-    from .fused.function import fused_forward
+def _flashrnn_forward_cuda(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, training: bool,
+                           backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    # the kernels need CuPy (and the fused one plans with the solver): imported when a kernel runs
+    if _backend(backend) == "alternating":
+        from .alternating.function import alternating_forward as forward
+    else:
+        from .fused.function import fused_forward as forward
 
     Wx, R, b, states = _dense(Wx, R, b, states)
-    h, last, gates_save, states_save = fused_forward(Wx, R, b, states, _cell(cell), training)
+    h, last, gates_save, states_save = forward(Wx, R, b, states, _cell(cell), training)
     empty = Wx.new_empty(0, dtype=torch.float32)
     return h, last, empty if gates_save is None else gates_save, empty.clone() if states_save is None else states_save
 
 
 @flashrnn_forward.register_fake
-def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
-                           training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, training: bool,
+                           backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     B, T, _, NH, DH = Wx.shape
     gates_shape, states_shape = _fused_saves(Wx, states, training)
     return (Wx.new_empty(B, T, NH, DH), Wx.new_empty(states.shape), Wx.new_empty(gates_shape, dtype=torch.float32),
@@ -124,10 +140,12 @@ def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cel
 
 @torch.library.custom_op("flashrnn_kernels::flashrnn_backward", mutates_args=(), device_types="cpu")
 def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor, gates_save: Tensor,
-                      states_save: Tensor, d_h: Tensor, d_last: Tensor,
-                      cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                      states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
+                      backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of (Wx, R, b, states) from d_h [B, T, NH, DH] and d_last [S, B, NH, DH]. CPU: recomputes the
-    reference from Wx (required there); CUDA: the backward kernel on the forward's saves (Wx unused, may be None)."""
+    reference from Wx (required there); CUDA: `backend`'s backward on the forward's saves (Wx unused, may be
+    None)."""
+    _backend(backend)
     if Wx is None:
         raise ValueError("flashrnn_kernels::flashrnn_backward on CPU recomputes the forward and needs Wx, got None")
     return _reference_backward(Wx, R, b, states, d_h, d_last, _cell(cell))
@@ -135,32 +153,35 @@ def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h
 
 @flashrnn_backward.register_kernel("cuda")
 def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor,
-                            gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor,
-                            cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    from .fused.function import fused_backward
+                            gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
+                            backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    if _backend(backend) == "alternating":
+        from .alternating.function import alternating_backward as backward
+    else:
+        from .fused.function import fused_backward as backward
 
     if gates_save.numel() == 0:
         raise ValueError("flashrnn_kernels::flashrnn_backward got no saved gate values: the forward ran with "
                          "training=False; run it with training=True to differentiate")
     saved = states_save if states_save.numel() else None
     R, states, h, gates_save = _dense(R, states, h, gates_save)
-    grads = fused_backward(R, states, h, gates_save, saved, d_h, d_last, _cell(cell))
+    grads = backward(R, states, h, gates_save, saved, d_h, d_last, _cell(cell))
     return tuple(g.contiguous() for g in grads)  # dR comes from an einsum, whose layout may be permuted
 
 
 @flashrnn_backward.register_fake
 def _flashrnn_backward_fake(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor,
-                            gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor,
-                            cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                            gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
+                            backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     B, T, NH, DH = h.shape
     G = R.shape[0]
     return h.new_empty(B, T, G, NH, DH), h.new_empty(R.shape), h.new_empty(b.shape), h.new_empty(states.shape)
 
 
 def _flashrnn_setup_context(ctx, inputs, output) -> None:
-    Wx, R, b, states, cell, _ = inputs
+    Wx, R, b, states, cell, _, backend = inputs
     h, _, gates_save, states_save = output
-    ctx.cell = cell
+    ctx.cell, ctx.backend = cell, backend
     ctx.set_materialize_grads(False)  # no zero-filled gradients for the saves or an unused output
     ctx.mark_non_differentiable(gates_save, states_save)
     ctx.save_for_backward(None if Wx.is_cuda else Wx, R, b, states, h, gates_save, states_save)
@@ -174,8 +195,8 @@ def _upstream(h: Tensor, states: Tensor, d_h: Tensor | None, d_last: Tensor | No
 def _flashrnn_autograd_backward(ctx, d_h: Tensor | None, d_last: Tensor | None, *_saves):
     Wx, R, b, states, h, gates_save, states_save = ctx.saved_tensors
     d_h, d_last = _upstream(h, states, d_h, d_last)
-    grads = flashrnn_backward(Wx, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell)
-    return *grads, None, None
+    grads = flashrnn_backward(Wx, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell, ctx.backend)
+    return *grads, None, None, None
 
 
 flashrnn_forward.register_autograd(_flashrnn_autograd_backward, setup_context=_flashrnn_setup_context)
@@ -203,15 +224,16 @@ class _EagerFlashRNN(torch.autograd.Function):
         return None, None, *grads
 
 
-def flashrnn_op(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
+def flashrnn_op(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
+                backend: str = "fused") -> tuple[Tensor, Tensor]:
     """`flashrnn` through the custom op for a registered cell name: (h [B, T, NH, DH], last [S, B, NH, DH]); eager
-    CUDA calls take `_EagerFlashRNN`, the same launches with less host work per call.
+    CUDA calls of the fused backend take `_EagerFlashRNN`, the same launches with less host work per call.
 
     Saves for the backward only when grad mode is on and an input requires grad."""
     training = torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))
-    if Wx.is_cuda and not torch.compiler.is_compiling():
+    if Wx.is_cuda and backend == "fused" and not torch.compiler.is_compiling():
         return _EagerFlashRNN.apply(cell, training, Wx, R, b, states)
-    h, last, _, _ = flashrnn_forward(Wx, R, b, states, cell, training)
+    h, last, _, _ = flashrnn_forward(Wx, R, b, states, cell, training, backend)
     return h, last
 
 

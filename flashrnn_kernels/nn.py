@@ -127,7 +127,7 @@ class FlashRNNBase(nn.Module):
     behave like torch's packed sequences: outputs past a sequence's end are zero, its last states are taken at its
     own length, and the reverse direction starts at its own end (each layer and direction then makes one `flashrnn`
     call per distinct length, on the sequences still running). `dropout` applies to the outputs of every layer
-    but the last while training. `backend` is passed to `flashrnn` ("auto", "fused" or "reference").
+    but the last while training. `backend` is passed to `flashrnn` ("auto", "fused", "alternating" or "reference").
     torch.compile(module, fullgraph=True) works (the kernels are custom ops); give `lengths` as a list of ints
     there, as reading a tensor's values breaks the graph (each distinct list compiles once).
     """

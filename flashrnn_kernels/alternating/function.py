@@ -1,5 +1,7 @@
 """flashrnn_alternating: per step one cuBLAS GEMM (R h, block-diagonal over heads) and one pointwise kernel, the
-whole sequence replayed from a CUDA graph (alternating/runner.py), as an autograd.Function.
+whole sequence replayed from a CUDA graph (alternating/runner.py): eagerly as an autograd.Function whose saved
+values stay in the runner; under torch.compile as the custom ops' "alternating" backend (`alternating_forward` /
+`alternating_backward`, library.py), whose saved values travel between the ops as tensors.
 
 For hidden sizes whose R cannot stay on chip (e.g. one head of 2048 or 4096), where the fused kernel has no
 tiling: R is read from L2 or HBM every step, as cuDNN does at these sizes.
@@ -26,11 +28,10 @@ class AlternatingRNNFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
-        B, T, _, NH, DH = Wx.shape
+        _, _, _, NH, DH = Wx.shape
         training = any(ctx.needs_input_grad[:4])
-        tf32 = Wx.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
         with torch.cuda.device(Wx.device):
-            runner = POOL.acquire(Key(cell, B, T, NH, DH, Wx.dtype, Wx.device.index, training, tf32))
+            runner = POOL.acquire(_key(cell, Wx, NH, DH, training))
             h, last = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS)
         if training:
             ctx.runner = runner
@@ -52,6 +53,37 @@ class AlternatingRNNFunction(torch.autograd.Function):
         return (*grads, None)
 
 
+def _key(cell: str, like: Tensor, num_heads: int, head_dim: int, training: bool) -> Key:
+    B, T = like.shape[:2]
+    tf32 = like.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return Key(cell, B, T, num_heads, head_dim, like.dtype, like.device.index, training, tf32)
+
+
+def alternating_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
+                        training: bool) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """One forward on checked inputs as the custom op runs it: (h, last, gate values, non-h states), the saves
+    fp32 copies when `training` (None otherwise; the non-h states also None for S = 1)."""
+    _, _, _, NH, DH = Wx.shape
+    with torch.cuda.device(Wx.device):
+        runner = POOL.acquire(_key(cell, Wx, NH, DH, training))
+        out = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS, saves=training)
+    if not training:
+        return (*out, None, None)
+    h, last, gates, s = out
+    return h, last, gates, s if s.numel() else None
+
+
+def alternating_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, states_save: Tensor | None,
+                         d_h: Tensor, d_last: Tensor, cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward of `alternating_forward`'s saves: gradients of (Wx, R, b, states) in h's dtype."""
+    _, _, NH, DH = h.shape
+    with torch.cuda.device(h.device):
+        runner = POOL.acquire(_key(cell, h, NH, DH, True))
+        saved = runner.s if states_save is None else states_save  # S = 1: nothing to restore
+        return runner.backward(d_h.to(h.dtype), d_last.to(h.dtype), poison=POISON_OUTPUTS,
+                               restore=(R, states, h, gates_save, saved))
+
+
 def flashrnn_alternating(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str = "lstm") -> tuple[Tensor, Tensor]:
     """Run `cell` over the sequence with the alternating backend (per step a cuBLAS GEMM and a pointwise kernel).
 
@@ -61,4 +93,8 @@ def flashrnn_alternating(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell:
     """
     name = get_cell(cell).name
     check_kernel_inputs(Wx, R, b, states, name, contiguous=False)
+    if torch.compiler.is_compiling():
+        from ..library import flashrnn_op
+
+        return flashrnn_op(Wx, R, b, states, name, backend="alternating")
     return AlternatingRNNFunction.apply(Wx, R, b, states, name)

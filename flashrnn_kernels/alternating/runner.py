@@ -12,7 +12,9 @@ so inputs are copied in (Wx, R, b, states; upstream gradients) and returned outp
 gradients). These copies are O(B T G H) bytes against the O(T G H^2) bytes of R the steps stream, i.e. a B / H
 fraction (under 1 % for the one-head sizes this backend targets). Saved values (gates, non-h states) never leave
 the runner: a training forward leases its runner until its backward has run (or its autograd graph is freed), and a
-forward that finds every runner of its key leased builds another one.
+forward that finds every runner of its key leased builds another one. Through the custom op (torch.compile) the
+saved values do leave: `forward(saves=True)` returns copies and `backward(restore=...)` copies them back, so that
+the two ops stay functional.
 
 Precision (as the fused kernel): GEMM outputs, gate values and non-h states in fp32; h in the storage dtype
 (it is the next step's GEMM operand); the backward's dx in the storage dtype (the GEMM operand and dWx).
@@ -133,9 +135,11 @@ class Runner:
         if S > 1:
             self.last[1:].copy_(self.s[:, :, self.saved_steps - 1])
 
-    def forward(self, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, poison: bool = False) -> tuple[Tensor, Tensor]:
-        """Run the sequence on copies of the inputs; returns fresh (h, last_states). `poison` fills every buffer
-        the steps write with NaN first (tests: an element left unwritten shows up)."""
+    def forward(self, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, poison: bool = False,
+                saves: bool = False) -> tuple[Tensor, ...]:
+        """Run the sequence on copies of the inputs; returns fresh (h, last_states), and with `saves` (a training
+        runner) also copies of the saved gate values [B, T, G, NH, DH] and non-h states [S-1, B, T+1, NH, DH] (fp32).
+        `poison` fills every buffer the steps write with NaN first (tests: an element left unwritten shows up)."""
         torch.cuda.current_stream().wait_event(self.done)
         if poison:
             _poison(self.h, self.last, self.pre, self.s, self.gates)
@@ -145,9 +149,11 @@ class Runner:
         self.states.copy_(states)
         self.forward_graph = _run_or_capture(self.forward_graph, self._forward_steps, self.key.tf32)
         self.generation += 1
-        h, last = self.h.clone(), self.last.clone()
+        out = (self.h.clone(), self.last.clone())
+        if saves:
+            out += (self.gates.clone(), self.s.clone())
         self.done.record()
-        return h, last
+        return out
 
     # ------------------------------------------------------------------------------------------ backward
 
@@ -189,14 +195,24 @@ class Runner:
         _bmm(dpre.transpose(1, 2), self.h_prev.view(B * T, NH, DH).transpose(0, 1), self.dr)
         torch.sum(dpre, dim=1, dtype=torch.float32, out=self.db)
 
-    def backward(self, d_h: Tensor, d_last: Tensor, poison: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Gradients (dWx, dR, db, d_states), fresh tensors in the storage dtype, for the last forward."""
+    def backward(self, d_h: Tensor, d_last: Tensor, poison: bool = False,
+                 restore: tuple[Tensor, ...] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Gradients (dWx, dR, db, d_states), fresh tensors in the storage dtype, for the last forward, or for the
+        forward whose (R, states, h, gate values, non-h states) `restore` gives back (as `forward(saves=True)`
+        returned them)."""
         if not self.key.training:
             raise RuntimeError("this runner ran an inference forward; it saved nothing for a backward pass")
         if not self.backward_buffers:
             self._allocate_backward()
             self.backward_buffers = True
         torch.cuda.current_stream().wait_event(self.done)
+        if restore is not None:
+            R, states, h, gates, s = restore
+            self.r.view(self.key.num_heads, self.G, self.key.head_dim, self.key.head_dim).copy_(R.transpose(0, 1))
+            self.states.copy_(states)
+            self.h.copy_(h)
+            self.gates.copy_(gates)
+            self.s.copy_(s)
         if poison:
             _poison(self.h_prev, self.ds, self.dh_rec, self.dpre, self.d_states, self.dr, self.db)
         self.d_h.copy_(d_h)

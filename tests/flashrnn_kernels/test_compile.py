@@ -155,15 +155,18 @@ def _scan_samples(device: str, dtype: torch.dtype) -> list[tuple]:
     return samples
 
 
-def _opcheck_all(device: str, dtype: torch.dtype, cells) -> None:
+def _opcheck_all(device: str, dtype: torch.dtype, cells, backend: str = "fused") -> None:
     for sample in _recurrent_samples(device, dtype, cells):
-        torch.library.opcheck(library.flashrnn_forward, sample)
         Wx, R, b, states, cell, training = sample
+        torch.library.opcheck(library.flashrnn_forward, (*sample, backend))
         if training:
-            h, last, gates, saved = library.flashrnn_forward(*(t.detach() for t in (Wx, R, b, states)), cell, True)
+            h, last, gates, saved = library.flashrnn_forward(*(t.detach() for t in (Wx, R, b, states)), cell, True,
+                                                             backend)
             backward_args = (None if Wx.is_cuda else Wx.detach(), R.detach(), b.detach(), states.detach(), h, gates,
-                             saved, torch.randn_like(h), torch.randn_like(last), cell)
+                             saved, torch.randn_like(h), torch.randn_like(last), cell, backend)
             torch.library.opcheck(library.flashrnn_backward, backward_args)
+    if backend != "fused":
+        return
     for cell, inputs, h0 in _scan_samples(device, dtype):
         torch.library.opcheck(library.scan_forward, (cell, inputs, h0))
         plain = [t.detach() for t in inputs]
@@ -205,6 +208,8 @@ def test_unknown_cell_names_are_rejected_by_the_ops():
     Wx, R, b, states, _, _ = _recurrent_samples("cpu", torch.float64, ["lstm"])[1]
     with pytest.raises(ValueError, match="unknown cell 'lsmt'.*registered cells"):
         library.flashrnn_forward(Wx, R, b, states, "lsmt", False)
+    with pytest.raises(ValueError, match="backend must be one of.*'cudnn'"):
+        library.flashrnn_forward(Wx, R, b, states, "lstm", False, "cudnn")
     with pytest.raises(ValueError, match="unknown scan cell 'gru'.*valid"):
         library.scan_forward("gru", [torch.randn(2, 3, 4)] * 2, None)
 
@@ -282,3 +287,28 @@ def test_scan_modules_compile_fullgraph_on_gpu(module_type, dtype):
 @pytest.mark.gpu
 def test_opcheck_on_gpu(_poison):
     _opcheck_all("cuda", torch.float32, sorted(FUSED_CELLS))
+
+
+@pytest.mark.gpu
+def test_alternating_opcheck_on_gpu(monkeypatch):
+    from flashrnn_kernels.alternating import function as alternating
+
+    monkeypatch.setattr(alternating, "POISON_OUTPUTS", True)
+    _opcheck_all("cuda", torch.float32, sorted(CELLS), backend="alternating")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_alternating_modules_compile_fullgraph_on_gpu(monkeypatch, cell, dtype):
+    """The alternating backend under torch.compile(fullgraph=True): its custom op, saves passed between the ops."""
+    from flashrnn_kernels.alternating import function as alternating
+
+    monkeypatch.setattr(alternating, "POISON_OUTPUTS", True)
+    module_type = next(t for t in RECURRENT if t.cell_name == cell)
+    model = module_type(40, 96, backend="alternating", **LAYOUTS["2-layer-bidirectional"]).to("cuda", dtype)
+    oracle = copy.deepcopy(model).to("cpu", torch.float64)
+    oracle.backend = "reference"
+    x = torch.randn(3, 21, 40, device="cuda", dtype=dtype, requires_grad=True)
+    x64 = x.detach().to("cpu", torch.float64).requires_grad_()
+    _check_gpu_against_eager_and_oracle(model, oracle, (x,), (x64,), dtype)
