@@ -32,12 +32,7 @@ static_assert(SM_BARS % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
-flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__ states,
-                        const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
-                        const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
-                        const elem_t* __restrict__ d_last, elem_t* __restrict__ d_gates,
-                        elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch,
-                        unsigned long long* __restrict__ exchange_buf, int B, int T) {
+flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
     elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);

@@ -72,7 +72,6 @@ __device__ __forceinline__ bool tagged(uint4 v, u32 tag) {
 // offset by (kt % K_SPAN) * K_TILE.
 __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILES][4], const RecurrentA& A,
                                                     const elem_t* dx, int wm) {
-    const int lane = threadIdx.x & 31;
     bfrag_t b[GATES][K_SPAN][N_TILES];
 #pragma unroll
     for (int m = 0; m < GATES; ++m)
@@ -96,11 +95,7 @@ __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILE
 #pragma unroll
                 for (int v = 0; v < A_REGS; ++v) a[v] = A.reg[kt < REG_K_TILES ? kt : 0][m][v];
             } else {
-#pragma unroll
-                for (int v = 0; v < A_VECS; ++v) {
-                    const uint4 x = A.smem[(((kt - REG_K_TILES) * M_TILES + m) * A_VECS + v) * 32 + lane];
-                    a[4 * v] = x.x; a[4 * v + 1] = x.y; a[4 * v + 2] = x.z; a[4 * v + 3] = x.w;
-                }
+                A.smem_fragment(a, kt - REG_K_TILES, m);
             }
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n) mma_tile(acc[kt / K_SPAN][n], a, b[m][kt % K_SPAN][n]);
@@ -108,12 +103,7 @@ __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILE
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
-flashrnn_fused_backward(const elem_t* __restrict__ R, const elem_t* __restrict__ states,
-                        const elem_t* __restrict__ h_out, const float* __restrict__ gates_save,
-                        const float* __restrict__ states_save, const elem_t* __restrict__ d_h,
-                        const elem_t* __restrict__ d_last, elem_t* __restrict__ d_gates,
-                        elem_t* __restrict__ d_states, uint4* __restrict__ r_scratch,
-                        unsigned long long* __restrict__ exchange_buf, int B, int T) {
+flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* dxs = reinterpret_cast<elem_t*>(smem + SM_DX);
     float* recv = reinterpret_cast<float*>(smem + SM_RECV);  // [PARTS][BATCH_TILE][ROWS]

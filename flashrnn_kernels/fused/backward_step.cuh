@@ -4,6 +4,13 @@
 // and states of a step are staged into shared memory by cp.async (16-byte rows, zero past the batch).
 #pragma once
 
+// The parameters of both backward kernels (fused/function.py launches either with the same arguments).
+#define FUSED_BACKWARD_PARAMETERS                                                                                   \
+    const elem_t *__restrict__ R, const elem_t *__restrict__ states, const elem_t *__restrict__ h_out,              \
+        const float *__restrict__ gates_save, const float *__restrict__ states_save, const elem_t *__restrict__ d_h, \
+        const elem_t *__restrict__ d_last, elem_t *__restrict__ d_gates, elem_t *__restrict__ d_states,             \
+        uint4 *__restrict__ r_scratch, unsigned long long *__restrict__ exchange_buf, int B, int T
+
 #define STAGE_F32_ROWS (GATES + 2 * (STATES - 1))  // a_g, s_k, y_k (k >= 1) per batch row, fp32
 #define STAGE_ELEM_ROWS 3                          // s_h, y_h, d_h per batch row, elem_t
 #define STAGE_F32_TILE (BATCH_TILE * STAGE_F32_ROWS * ROWS_PER_BLOCK)  // floats of one stage

@@ -209,6 +209,16 @@ struct RecurrentA {
             for (int m = 0; m < M_TILES; ++m) load_a_fragment(reg[kt][m], m, k_first + kt * K_TILE, a_value);
     }
 
+    // Fragment (kt, m) of the shared-memory k-tiles (kt counted from the first of them).
+    __device__ __forceinline__ void smem_fragment(afrag_t& a, int kt, int m) const {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int v = 0; v < A_VECS; ++v) {
+            const uint4 x = smem[((kt * M_TILES + m) * A_VECS + v) * 32 + lane];
+            a[4 * v] = x.x; a[4 * v + 1] = x.y; a[4 * v + 2] = x.z; a[4 * v + 3] = x.w;
+        }
+    }
+
     // acc = A . V over this warp's K slice.
     __device__ __forceinline__ void multiply(float (&acc)[M_TILES][N_TILES][4], const elem_t* V, int k_first) const {
         const int lane = threadIdx.x & 31;
@@ -224,12 +234,7 @@ struct RecurrentA {
         for (int kt = 0; kt < SMEM_K_TILES; ++kt) {
             afrag_t a[M_TILES];
 #pragma unroll
-            for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-                for (int v = 0; v < A_VECS; ++v) {
-                    const uint4 x = smem[((kt * M_TILES + m) * A_VECS + v) * 32 + lane];
-                    a[m][4 * v] = x.x; a[m][4 * v + 1] = x.y; a[m][4 * v + 2] = x.z; a[m][4 * v + 3] = x.w;
-                }
+            for (int m = 0; m < M_TILES; ++m) smem_fragment(a[m], kt, m);
             mma_k_tile(acc, a, V, k_first + (REG_K_TILES + kt) * K_TILE);
         }
 #pragma unroll 4
