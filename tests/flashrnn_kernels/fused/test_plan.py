@@ -233,3 +233,5 @@ def test_backward_of_a_head_past_the_cluster_limit_sums_partial_products():
     check_limits(forced, gpu, 3)
     forward = plan("lstm", 3, 2, 64, "bf16", gpu=gpu, exchange="partials")
     assert forward.global_exchange and not forward.partial_sums and forward.kernel_source == "forward.cu"
+    with pytest.raises(PlanError, match="no fused-kernel tiling.*fp32"):  # fp32 R of 9 MiB: not on 132 SMs at once
+        plan("lstm", 16, 1, 768, "fp32", gpu=gpu, direction="backward", exchange="partials")
