@@ -232,8 +232,13 @@ MODULE_BOUNDS = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
 and of each layer's output in the storage dtype (test_nn's bounds for the same comparison)."""
 
 
-def _check_gpu_against_eager_and_oracle(model, oracle, args: tuple, args64: tuple, dtype: torch.dtype) -> None:
-    """compiled(model) against eager model (same kernels) and against the float64 oracle, outputs and gradients."""
+def _check_gpu_against_eager_and_oracle(model, oracle, args: tuple, args64: tuple, dtype: torch.dtype,
+                                        load_stabilised_states: bool = True) -> None:
+    """compiled(model) against eager model (same kernels) and against the float64 oracle, outputs and gradients.
+
+    `load_stabilised_states=False` puts no upstream gradient on the states after h (float64_check's reason: sLSTM's
+    c, n, m carry exp(-m) of the running maximum m, whose kinks rounding moves elements across; compiled and eager
+    round the input projections differently)."""
     compiled = torch.compile(model, fullgraph=True)
     results = {}
     for name, run in (("compiled", compiled), ("eager", model)):
@@ -244,6 +249,8 @@ def _check_gpu_against_eager_and_oracle(model, oracle, args: tuple, args64: tupl
     leaves = [a for a in args if a is not None and a.requires_grad] + list(model.parameters())
     leaves64 = [a for a in args64 if a is not None and a.requires_grad] + list(oracle.parameters())
     upstream = [torch.randn_like(t) for t in flat["oracle"]]
+    if not load_stabilised_states:  # flat: output, h_n, then the stabilised states
+        upstream[2:] = [torch.zeros_like(u) for u in upstream[2:]]
     grads = {
         "compiled": _gradients(flat["compiled"], leaves, [u.to("cuda", dtype) for u in upstream]),
         "eager": _gradients(flat["eager"], leaves, [u.to("cuda", dtype) for u in upstream]),
@@ -269,7 +276,8 @@ def test_fused_modules_compile_fullgraph_on_gpu(_poison, cell, layout, dtype):
     oracle.backend = "reference"
     x = torch.randn(4, 33, 48, device="cuda", dtype=dtype, requires_grad=True)
     x64 = x.detach().to("cpu", torch.float64).requires_grad_()
-    _check_gpu_against_eager_and_oracle(model, oracle, (x,), (x64,), dtype)
+    smooth = not (cell == "slstm" and dtype != torch.float32)
+    _check_gpu_against_eager_and_oracle(model, oracle, (x,), (x64,), dtype, load_stabilised_states=smooth)
 
 
 @pytest.mark.gpu
