@@ -177,6 +177,7 @@ def _opcheck_all(device: str, dtype: torch.dtype, cells, backend: str = "fused")
 
 def test_opcheck_on_cpu():
     _opcheck_all("cpu", torch.float64, sorted(CELLS))
+    _opcheck_all("cpu", torch.float64, ["lstm"], backend="alternating")  # the schema's backend argument
 
 
 def test_cpu_backward_op_matches_autograd_through_the_reference():
