@@ -7,10 +7,11 @@ Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cann
   scan_forward(cell, inputs, h0?) -> h
   scan_backward(cell, inputs, h0?, dh, h) -> [d input..., dh0 (when h0 is given)]
 CUDA runs the kernels (fused/function.py, or alternating/function.py for backend "alternating"; scan/function.py).
-Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops. CPU runs the pure-PyTorch references
-(fused/reference.py, scan/reference.py) forward; their backward ops are written out here (the cell's pointwise
-backward in reverse, the reverse linear scan), as autograd does not run inside an op's implementation. Each op
-has a fake implementation (shapes and dtypes only) and its autograd is registered with `register_autograd`.
+Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops. CPU runs the
+pure-PyTorch references (fused/reference.py, scan/reference.py) forward; their backward ops are written out here
+(the cell's pointwise backward in reverse, the reverse linear scan), as autograd does not run inside an op's
+implementation. Each op has a fake implementation (shapes and dtypes only) and its autograd is registered with
+`register_autograd`.
 
 `flashrnn_op` and `scan_op` are the entry points; inputs are assumed checked by the callers (`flashrnn`,
 `flashrnn_fused`, the scan API).
@@ -101,6 +102,18 @@ def _backend(name: str) -> str:
     return name
 
 
+def _cuda_functions(backend: str):
+    """(forward, backward) of a CUDA backend, with one signature each; imported when a kernel runs (CuPy, and the
+    fused kernel plans with the solver)."""
+    if _backend(backend) == "alternating":
+        from .alternating.function import alternating_backward, alternating_forward
+
+        return alternating_forward, alternating_backward
+    from .fused.function import fused_backward, fused_forward
+
+    return fused_forward, fused_backward
+
+
 @torch.library.custom_op("flashrnn_kernels::flashrnn_forward", mutates_args=(), device_types="cpu")
 def flashrnn_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, training: bool,
                      backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -117,12 +130,7 @@ def flashrnn_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str
 @flashrnn_forward.register_kernel("cuda")
 def _flashrnn_forward_cuda(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, training: bool,
                            backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    # the kernels need CuPy (and the fused one plans with the solver): imported when a kernel runs
-    if _backend(backend) == "alternating":
-        from .alternating.function import alternating_forward as forward
-    else:
-        from .fused.function import fused_forward as forward
-
+    forward, _ = _cuda_functions(backend)
     Wx, R, b, states = _dense(Wx, R, b, states)
     h, last, gates_save, states_save = forward(Wx, R, b, states, _cell(cell), training)
     empty = Wx.new_empty(0, dtype=torch.float32)
@@ -155,11 +163,7 @@ def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h
 def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor,
                             gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
                             backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    if _backend(backend) == "alternating":
-        from .alternating.function import alternating_backward as backward
-    else:
-        from .fused.function import fused_backward as backward
-
+    _, backward = _cuda_functions(backend)
     if gates_save.numel() == 0:
         raise ValueError("flashrnn_kernels::flashrnn_backward got no saved gate values: the forward ran with "
                          "training=False; run it with training=True to differentiate")

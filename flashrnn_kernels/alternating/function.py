@@ -28,10 +28,9 @@ class AlternatingRNNFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> tuple[Tensor, Tensor]:
-        _, _, _, NH, DH = Wx.shape
         training = any(ctx.needs_input_grad[:4])
         with torch.cuda.device(Wx.device):
-            runner = POOL.acquire(_key(cell, Wx, NH, DH, training))
+            runner = POOL.acquire(_key(cell, Wx, training))
             h, last = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS)
         if training:
             ctx.runner = runner
@@ -53,19 +52,19 @@ class AlternatingRNNFunction(torch.autograd.Function):
         return (*grads, None)
 
 
-def _key(cell: str, like: Tensor, num_heads: int, head_dim: int, training: bool) -> Key:
-    B, T = like.shape[:2]
+def _key(cell: str, like: Tensor, training: bool) -> Key:
+    """The runner key of a problem from Wx [B, T, G, NH, DH] or h [B, T, NH, DH] (same leading and trailing dims)."""
+    (B, T), (NH, DH) = like.shape[:2], like.shape[-2:]
     tf32 = like.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    return Key(cell, B, T, num_heads, head_dim, like.dtype, like.device.index, training, tf32)
+    return Key(cell, B, T, NH, DH, like.dtype, like.device.index, training, tf32)
 
 
 def alternating_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
                         training: bool) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """One forward on checked inputs as the custom op runs it: (h, last, gate values, non-h states), the saves
     fp32 copies when `training` (None otherwise; the non-h states also None for S = 1)."""
-    _, _, _, NH, DH = Wx.shape
     with torch.cuda.device(Wx.device):
-        runner = POOL.acquire(_key(cell, Wx, NH, DH, training))
+        runner = POOL.acquire(_key(cell, Wx, training))
         out = runner.forward(Wx, R, b, states, poison=POISON_OUTPUTS, saves=training)
     if not training:
         return (*out, None, None)
@@ -76,9 +75,8 @@ def alternating_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: 
 def alternating_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, states_save: Tensor | None,
                          d_h: Tensor, d_last: Tensor, cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The backward of `alternating_forward`'s saves: gradients of (Wx, R, b, states) in h's dtype."""
-    _, _, NH, DH = h.shape
     with torch.cuda.device(h.device):
-        runner = POOL.acquire(_key(cell, h, NH, DH, True))
+        runner = POOL.acquire(_key(cell, h, True))
         saved = runner.s if states_save is None else states_save  # S = 1: nothing to restore
         return runner.backward(d_h.to(h.dtype), d_last.to(h.dtype), poison=POISON_OUTPUTS,
                                restore=(R, states, h, gates_save, saved))

@@ -70,13 +70,8 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     BackwardStep inputs;
     inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
                 u_block);
-    // Inputs of iteration `it` (step T-1-it) live in stage it % STAGES, staged STAGES-1 iterations ahead.
-    auto stage_iteration = [&](int it) {
-        if (it < T) inputs.stage(T - 1 - it, it % STAGES);
-        cp_async_commit();
-    };
 #pragma unroll 1
-    for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
+    for (int it = 0; it < STAGES - 1; ++it) inputs.stage_iteration(it);
     cp_async_wait_group<STAGES - 2>();
     StepExchange exchange;  // the gate gradients of iterations 0 .. T-1 between the blocks of a head
     exchange.init(bars, exchange_buf, valid_b, G, DH, u_block, ROWS, 0, T - 1);
@@ -86,7 +81,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     // iteration T only adds R^T dx_0 to the initial state's gradient.
     for (int it = 0; it <= T; ++it) {
         const int cur = it & 1, t = T - 1 - it;
-        stage_iteration(it + STAGES - 1);
+        inputs.stage_iteration(it + STAGES - 1);
         float acc[M_TILES][N_TILES][4];
         if (it > 0) {
             A.multiply(acc, V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE, k_first);

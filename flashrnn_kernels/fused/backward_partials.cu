@@ -14,8 +14,8 @@
 // (one per 16-row group of a block) x BATCH_TILE x ROWS fp32 words. A word's two low mantissa bits carry the tag
 // (f + 1) % 4, so a reader polls the data itself (one 16-byte load per 4 words; the buffer is zeroed before the
 // launch, tag 0). A slot is rewritten two fills later, only after its writer has read the fill in between, which
-// every reader wrote after reading this one (as in engine.cuh's GlobalExchange). Clearing two of 24 mantissa bits
-// changes a partial sum by at most 2^-22 relative. All blocks are co-resident (cooperative launch).
+// every reader wrote after reading this one (as in engine.cuh's GlobalExchange). Clearing the two low bits of the
+// 23-bit mantissa changes a partial sum by less than 2^-21 relative. All blocks are co-resident (cooperative launch).
 //
 // Tensors: as backward.cu; exchange_buf: zeroed, plan.exchange_bytes(B) bytes; r_scratch unused (R on chip).
 
@@ -138,12 +138,8 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     BackwardStep inputs;
     inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
                 u_block);
-    auto stage_iteration = [&](int it) {  // inputs of iteration `it` (step T-1-it) in stage it % STAGES
-        if (it < T) inputs.stage(T - 1 - it, it % STAGES);
-        cp_async_commit();
-    };
 #pragma unroll 1
-    for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
+    for (int it = 0; it < STAGES - 1; ++it) inputs.stage_iteration(it);
     cp_async_wait_group<STAGES - 2>();
     __syncthreads();
 
@@ -155,7 +151,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     // iteration T only adds it to the initial state's gradient.
     for (int it = 0; it <= T; ++it) {
         const int t = T - 1 - it;
-        stage_iteration(it + STAGES - 1);
+        inputs.stage_iteration(it + STAGES - 1);
 #pragma unroll
         for (int j = 0; j < ELEMS; ++j) {
             const int i = threadIdx.x + j * THREADS, r = i % ROWS, col = i / ROWS;

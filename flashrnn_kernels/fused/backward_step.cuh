@@ -66,6 +66,13 @@ struct BackwardStep {
                                 seq_b * sizeof(elem_t), 0, valid_b);
     }
 
+    // Stage the inputs of iteration `it` (step T-1-it; nothing past the sequence) into buffer it % STAGES, as one
+    // cp.async group. Iterations are staged STAGES-1 ahead of the one they serve.
+    __device__ __forceinline__ void stage_iteration(int it) const {
+        if (it < T) stage(T - 1 - it, it % STAGES);
+        cp_async_commit();
+    }
+
     // The cell's backward step for unit r (of the block's ROWS) and batch column col, inputs in stage buf:
     // dy holds the gradients of the states after the step and becomes those before it; dh_rec is the recurrent
     // part of h's gradient (R^T of the next step's gate gradients). The gate gradients come back in dx.

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hwmodels
 from constrint import Infeasible, Model, Solution
@@ -189,13 +189,10 @@ def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> Kern
     if problem.direction == "backward" and (partials or (exchange is None and split_past_cluster)):
         # a head too large for a cluster: summing partial products through global memory may beat gathering the
         # step vector there (or streaming part of R from L2)
-        found = _minimize(*tiling.build(problem, gpu, exchange=exchange, partial_sums=True))
+        model, objective = tiling.build(problem, gpu, exchange=exchange, partial_sums=True)
+        found = _minimize(model, objective)
         if found is None and partials:
-            model, _ = tiling.build(problem, gpu, exchange=exchange, partial_sums=True)
-            try:
-                model.solve()
-            except Infeasible as exc:
-                raise PlanError(_explain(problem, gpu, exc)) from exc
+            _raise_infeasible(problem, gpu, model)
         if found is not None and (partials or found.objective < sol.objective):
             sol, partials = found, True
     return KernelPlan(
@@ -233,11 +230,17 @@ def _solve_vector_exchange(problem: FusedProblem, gpu: Any, exchange: str | None
         model, objective = tiling.build(problem, gpu, stream_from_l2=True, exchange=exchange)
         sol = _minimize(model, objective)
         if sol is None:
-            try:
-                model.solve()
-            except Infeasible as exc:
-                raise PlanError(_explain(problem, gpu, exc)) from exc
+            _raise_infeasible(problem, gpu, model)
     return sol
+
+
+def _raise_infeasible(problem: FusedProblem, gpu: Any, model: Model) -> NoReturn:
+    """PlanError quoting the minimal core that the solver finds for the infeasible `model`."""
+    try:
+        model.solve()
+    except Infeasible as exc:
+        raise PlanError(_explain(problem, gpu, exc)) from exc
+    raise AssertionError("_raise_infeasible called on a feasible model")
 
 
 def _minimize(model: Model, objective: Any) -> Solution | None:

@@ -114,25 +114,29 @@ def partial_parts(p: FusedProblem, warps_k: int, n_tiles: int) -> int:
     return min(warps_k // n_tiles, p.head_dim // 16)
 
 
+def backward_stage_bytes(p: FusedProblem, batch_tile: Any, rows: Any, stages: Any) -> Any:
+    """The backward's staged per-step inputs (backward_step.cuh): a_g, s_k, y_k (k >= 1) in fp32, then s_h, y_h,
+    dh in the storage dtype, per batch row and unit, `stages` deep."""
+    return stages * batch_tile * ((p.gates + 2 * (p.states - 1)) * rows * 4 + 3 * rows * p.elem_bytes)
+
+
 def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any,
-               stages: Any, partial_sums: bool = False, parts: Any = None) -> Any:
+               stages: Any, partial_sums: bool = False, sums_left: Any = None) -> Any:
     """Dynamic shared memory of one block (the layout of forward.cu / backward.cu / backward_partials.cu, in that
-    order). `parts`: partial_parts (computed when None)."""
+    order). `sums_left`: partial_parts (computed when None)."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
     mt = m_tiles(p, partial_sums)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
     if partial_sums:  # the step's gate gradients, the staged inputs, the received partial sums
-        size = size + batch_tile * (p.gates * rows + 16 // e) * e
-        size = size + stages * batch_tile * ((p.gates + 2 * (p.states - 1)) * rows * 4 + 3 * rows * e)
-        if parts is None:
-            parts = partial_parts(p, warps_k, n_tiles)
-        return size + parts * batch_tile * rows * 4
+        size = size + batch_tile * (p.gates * rows + 16 // e) * e + backward_stage_bytes(p, batch_tile, rows, stages)
+        if sums_left is None:
+            sums_left = partial_parts(p, warps_k, n_tiles)
+        return size + sums_left * batch_tile * rows * 4
     size = size + vector_buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
     if p.direction == "forward":
         size = size + stages * batch_tile * p.gates * rows * e  # Wx staging
     else:
-        size = size + stages * batch_tile * (p.gates + 2 * (p.states - 1)) * rows * 4  # a_g, s_k, y_k (fp32)
-        size = size + stages * batch_tile * 3 * rows * e  # s_h, y_h, dh staging
+        size = size + backward_stage_bytes(p, batch_tile, rows, stages)
     slots = warps_k * ((2 * warps_k - 2) // warps_k)  # warps_k partial sums when warps_k > 1, else none
     size = size + slots * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
     return size + EXCHANGE_BARRIER_BYTES
@@ -232,12 +236,12 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
           name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
-    parts = None
+    sums_left = None  # partial_parts as a variable (min is not a model expression)
     if partial_sums:
-        parts = m.int_var(1, min(16, p.head_dim // 16), "partial_parts")
-        m.add(m.any_of([parts * nt == wk, parts == p.head_dim // 16]), name="partial sums left per element")
-        m.add(parts * nt <= wk, name="one partial sum per group of threads")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, parts)
+        sums_left = m.int_var(1, min(16, p.head_dim // 16), "partial_parts")
+        m.add(m.any_of([sums_left * nt == wk, sums_left == p.head_dim // 16]), name="partial sums left per element")
+        m.add(sums_left * nt <= wk, name="one partial sum per group of threads")
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, sums_left)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
