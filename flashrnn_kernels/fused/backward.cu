@@ -84,7 +84,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
         inputs.stage_iteration(it + STAGES - 1);
         float acc[M_TILES][N_TILES][4];
         if (it > 0) {
-            A.multiply(acc, V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE, k_first);
+            A.multiply(acc, SharedVectorB{V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE, k_first});
             reduce_k_split(acc, red, wm, wk);
 #if VECTOR_BUFFERS == 1
             cluster_barrier();  // every block of the cluster has read the vector before it is overwritten

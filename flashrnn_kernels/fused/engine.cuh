@@ -62,6 +62,20 @@ static_assert(THREADS == PLAN_THREADS, "thread count differs from the plan");
 static_assert(STAGES >= 2, "per-step inputs are staged at least one step ahead");
 static_assert(VECTOR_BUFFERS == 1 || VECTOR_BUFFERS == 2, "VECTOR_BUFFERS is 1 or 2");
 
+// FRAGMENT_EXCHANGE (set by the forward kernel): h_t travels between the blocks of a head as B fragments in global
+// memory (FragmentExchange below). The k-tile loops over A fragments in shared and global memory then unroll fully,
+// so that the fragments held in registers are indexed by constants; otherwise they unroll partly.
+#ifndef FRAGMENT_EXCHANGE
+#define FRAGMENT_EXCHANGE 0
+#endif
+static_assert(!FRAGMENT_EXCHANGE || GLOBAL_EXCHANGE, "the fragment exchange goes through global memory");
+#define PRAGMA(x) _Pragma(#x)
+#if FRAGMENT_EXCHANGE
+#define UNROLL_PARTLY(n) PRAGMA(unroll)
+#else
+#define UNROLL_PARTLY(n) PRAGMA(unroll n)
+#endif
+
 #if defined(DTYPE_FP32)
 #define A_REGS 8  // tf32 hi[0..3] and lo[4..7] of the four A elements a lane holds
 #else
@@ -161,13 +175,24 @@ __device__ __forceinline__ void mma_tile(float (&c)[4], const afrag_t& a, const 
 #endif
 }
 
-// One k-tile of the warp's product for every (m-tile, n-tile): V is this step's vector buffer.
+// The B fragments of the step vector V in shared memory (batch-major, V_STRIDE) for the k-tiles of a warp's K slice
+// starting at k_first: b_of(b, kt, n) loads k-tile kt of the slice, n-tile n.
+struct SharedVectorB {
+    const elem_t* V;
+    int k_first;
+    __device__ __forceinline__ void operator()(bfrag_t& b, int kt, int n) const {
+        load_b_fragment(b, V, V_STRIDE, k_first + kt * K_TILE, n);
+    }
+};
+
+// One k-tile (kt of the warp's slice) of the warp's product for every (m-tile, n-tile).
+template <typename BSource>
 __device__ __forceinline__ void mma_k_tile(float (&acc)[M_TILES][N_TILES][4], const afrag_t (&a)[M_TILES],
-                                           const elem_t* V, int k0) {
+                                           const BSource& b_of, int kt) {
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n) {
         bfrag_t b;
-        load_b_fragment(b, V, V_STRIDE, k0, n);
+        b_of(b, kt, n);
 #pragma unroll
         for (int m = 0; m < M_TILES; ++m) mma_tile(acc[m][n], a[m], b);
     }
@@ -219,8 +244,9 @@ struct RecurrentA {
         }
     }
 
-    // acc = A . V over this warp's K slice.
-    __device__ __forceinline__ void multiply(float (&acc)[M_TILES][N_TILES][4], const elem_t* V, int k_first) const {
+    // acc = A . V over this warp's K slice; b_of(b, kt, n) gives V's B fragment of k-tile kt of the slice.
+    template <typename BSource>
+    __device__ __forceinline__ void multiply(float (&acc)[M_TILES][N_TILES][4], const BSource& b_of) const {
         const int lane = threadIdx.x & 31;
 #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
@@ -229,15 +255,15 @@ struct RecurrentA {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
 #pragma unroll
-        for (int kt = 0; kt < REG_K_TILES; ++kt) mma_k_tile(acc, reg[kt], V, k_first + kt * K_TILE);
-#pragma unroll 2
+        for (int kt = 0; kt < REG_K_TILES; ++kt) mma_k_tile(acc, reg[kt], b_of, kt);
+        UNROLL_PARTLY(2)
         for (int kt = 0; kt < SMEM_K_TILES; ++kt) {
             afrag_t a[M_TILES];
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m) smem_fragment(a[m], kt, m);
-            mma_k_tile(acc, a, V, k_first + (REG_K_TILES + kt) * K_TILE);
+            mma_k_tile(acc, a, b_of, REG_K_TILES + kt);
         }
-#pragma unroll 4
+        UNROLL_PARTLY(4)
         for (int kt = 0; kt < GLOBAL_K_TILES; ++kt) {
             afrag_t a[M_TILES];
 #pragma unroll
@@ -247,7 +273,7 @@ struct RecurrentA {
                     const uint4 x = __ldcg(gmem + ((kt * M_TILES + m) * A_VECS + v) * 32 + lane);
                     a[m][4 * v] = x.x; a[m][4 * v + 1] = x.y; a[m][4 * v + 2] = x.z; a[m][4 * v + 3] = x.w;
                 }
-            mma_k_tile(acc, a, V, k_first + (REG_K_TILES + SMEM_K_TILES + kt) * K_TILE);
+            mma_k_tile(acc, a, b_of, REG_K_TILES + SMEM_K_TILES + kt);
         }
     }
 };
@@ -520,20 +546,84 @@ struct GlobalExchange {
         __syncthreads();
     }
 };
+#if FRAGMENT_EXCHANGE
+// The forward's exchange of h_t through global memory as ready-made mma B fragments: nothing passes through shared
+// memory and no block barrier guards it. Words are GlobalExchange's (4 payload bytes, tag f + 1 in the high half,
+// fill f in slot f % 2, zeroed buffer), in fragment order: for k-tile KT of the head and n-tile n, lane l's words for
+// its b[0] and b[1] are adjacent, so a warp polls each of its fragments with one coalesced 16-byte load per lane and
+// starts its products as soon as its own K slice has arrived. Each owner of an element of h publishes it from
+// registers (bf16/fp16: pairs of units joined by a shuffle).
+// Slot reuse is safe as in GlobalExchange: a block writes fill f + 2 after its barrier of step f + 1, when its warps
+// (whose K slices together cover every block) have read every block's part of fill f + 1, which each block wrote
+// after its own barrier of step f, after all its reads of fill f.
+#define WORDS_PER_K_TILE (K_TILE / PAYLOAD_ELEMS)
+#define FRAGMENT_LOADS (K_TILES_PER_WARP * N_TILES)  // 16-byte loads per lane and step
+static_assert(WORDS_PER_K_TILE == 8, "a k-tile's B fragment is two words per lane");
+static_assert(FRAGMENT_LOADS <= 32, "a lane polls at most 32 fragments per step (tiling: k_tiles_per_warp x n_tiles)");
+
+typedef ulonglong2 fragment_words_t[K_TILES_PER_WARP][N_TILES];
+
+struct FragmentExchange {
+    unsigned long long* slots;  // this (batch tile, head)'s two slots
+
+    __device__ __forceinline__ void init(unsigned long long* buffer) {
+        const int head = blockIdx.x / HEAD_BLOCKS;
+        slots = buffer + ((size_t)blockIdx.y * NUM_HEADS + head) * 2 * BATCH_TILE * ROW_WORDS;
+    }
+
+    // Publish h of unit o (even units pair with o + 1 for bf16/fp16), batch column col, as part of `fill`. Every lane
+    // of the warp calls it for the same (n-tile, element) of its accumulators.
+    __device__ __forceinline__ void publish(int fill, int o, int col, elem_t h) const {
+        u32 payload;
+#if defined(DTYPE_FP32)
+        payload = __float_as_uint(h);
+        const int w = o;
+#else
+        const u32 bits = *reinterpret_cast<const unsigned short*>(&h);
+        payload = bits | (__shfl_down_sync(0xffffffffu, bits, 4) << 16);  // unit o + 1 sits 4 lanes on
+        if (o & 1) return;
+        const int w = o >> 1;
+#endif
+        const int position = ((((w >> 3) * N_TILES + (col >> 3)) * 32 + (col & 7) * 4 + (w & 3)) << 1) | ((w >> 2) & 1);
+        store_word_relaxed(slots + (fill & 1) * BATCH_TILE * ROW_WORDS + position,
+                           (unsigned long long)(fill + 1) << 32 | payload);
+    }
+
+    // This warp's fragments of `fill` for the k-tiles of its K slice (from k_first), polled until all carry its tag.
+    __device__ __forceinline__ void fetch(fragment_words_t& w, int fill, int k_first) const {
+        const int lane = threadIdx.x & 31;
+        const unsigned long long* src = slots + (fill & 1) * BATCH_TILE * ROW_WORDS +
+                                        (size_t)(k_first / K_TILE) * N_TILES * 64 + 2 * lane;
+        const u32 tag = (u32)fill + 1;
+        u32 stale = FRAGMENT_LOADS == 32 ? 0xffffffffu : (1u << FRAGMENT_LOADS) - 1;
+        do {
+#pragma unroll
+            for (int i = 0; i < FRAGMENT_LOADS; ++i)
+                if (stale & (1u << i)) w[i / N_TILES][i % N_TILES] = load_words_relaxed(src + 64 * i);
+#pragma unroll
+            for (int i = 0; i < FRAGMENT_LOADS; ++i) {
+                const ulonglong2 v = w[i / N_TILES][i % N_TILES];
+                if ((u32)(v.x >> 32) == tag && (u32)(v.y >> 32) == tag) stale &= ~(1u << i);
+            }
+        } while (stale != 0);
+    }
+};
+
+// B fragments from the fetched words.
+struct FragmentWordsB {
+    const fragment_words_t& w;
+    __device__ __forceinline__ void operator()(bfrag_t& b, int kt, int n) const {
+#if defined(DTYPE_FP32)
+        split_tf32(__uint_as_float((u32)w[kt][n].x), b[0], b[2]);
+        split_tf32(__uint_as_float((u32)w[kt][n].y), b[1], b[3]);
+#else
+        b[0] = (u32)w[kt][n].x;
+        b[1] = (u32)w[kt][n].y;
+#endif
+    }
+};
+#endif  // FRAGMENT_EXCHANGE
 typedef GlobalExchange StepExchange;
 #else
 typedef ClusterExchange StepExchange;
 #endif
-
-// Write rows [0, cols) of a batch-major shared tile (row stride src_stride elements) to global memory at
-// dst + b*dst_stride_b + j*dst_stride_j (elements), skipping batches >= valid_b.
-__device__ __forceinline__ void store_rows(elem_t* dst, const elem_t* src, int j_count, int src_j_stride,
-                                           int cols, long long dst_stride_b, long long dst_stride_j, int valid_b) {
-    constexpr int VEC = 16 / (int)sizeof(elem_t);
-    const int chunks = cols / VEC, per_b = j_count * chunks;
-    for (int i = threadIdx.x; i < valid_b * per_b; i += THREADS) {
-        const int b = i / per_b, rest = i - b * per_b, j = rest / chunks, c = rest - j * chunks;
-        const uint4 v = *reinterpret_cast<const uint4*>(src + b * V_STRIDE + j * src_j_stride + c * VEC);
-        *reinterpret_cast<uint4*>(dst + b * dst_stride_b + j * dst_stride_j + c * VEC) = v;
-    }
-}

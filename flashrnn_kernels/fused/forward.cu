@@ -3,10 +3,11 @@
 // Grid: x = head * HEAD_BLOCKS + rank, y = batch tile. The HEAD_BLOCKS blocks of a (head, batch tile) share it;
 // block `rank` owns hidden units [rank * ROWS_PER_BLOCK, +ROWS_PER_BLOCK) with all GATES gates of each, so its
 // warps' accumulators hold every gate of the same (unit, batch) elements and the cell step runs in registers.
-// R stays on chip for the whole sequence; the non-h states stay in registers; h_t is exchanged through shared
-// memory (double buffered: one barrier per step). Between the blocks of a head it travels either inside a cluster
-// (each block pushes its slice to the others with st.async and waits on its own mbarrier) or, with
-// GLOBAL_EXCHANGE, through tagged words in global memory (engine.cuh's ClusterExchange / GlobalExchange).
+// R stays on chip for the whole sequence; every state stays in the registers of the lane that owns it. h_t reaches the
+// products through shared memory (double buffered: one barrier per step): inside a cluster each block pushes its
+// slice to the others with st.async and waits on its own mbarrier (engine.cuh's ClusterExchange). With
+// GLOBAL_EXCHANGE, h_t travels through global memory as ready-made B fragments that each warp polls for its own K
+// slice (FragmentExchange): no shared memory and one block barrier per step (the k-split reduction's).
 // Wx of step t+1 is staged by cp.async STAGES-1 steps ahead. Each lane writes its h_t elements to global memory
 // from registers.
 //
@@ -19,16 +20,19 @@
 //   what the backward pass reads; both null for inference.
 
 #define K_DIM HEAD_DIM
+#define FRAGMENT_EXCHANGE GLOBAL_EXCHANGE  // through global memory, h_t travels as B fragments
 #include "fused/engine.cuh"
 
 static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden units (M_TILES == GATES)");
 
-// Shared memory layout (bytes).
+// Shared memory layout (bytes). Through global memory: no step vector, and the k-split partial sums double
+// buffered (no barrier separates one step's reads of them from the next step's writes).
 #define SM_RFRAG 0
 #define SM_V (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
-#define SM_WX (SM_V + VECTOR_BUFFERS * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
+#define SM_WX (SM_V + (FRAGMENT_EXCHANGE ? 0 : VECTOR_BUFFERS) * BATCH_TILE * V_STRIDE * (int)sizeof(elem_t))
 #define SM_RED (SM_WX + STAGES * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
-#define SM_BARS (SM_RED + (WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32 * 4)
+#define RED_FLOATS ((WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32)
+#define SM_BARS (SM_RED + (FRAGMENT_EXCHANGE ? 2 : 1) * RED_FLOATS * 4)
 #define SM_TOTAL (SM_BARS + 16)  // VECTOR_BUFFERS <= 2 exchange mbarriers
 static_assert(SM_BARS % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
@@ -41,10 +45,12 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                        unsigned long long* __restrict__ exchange_buf, int B, int T) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint4* rfrag = reinterpret_cast<uint4*>(smem + SM_RFRAG);
-    elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
     elem_t* wx_stage = reinterpret_cast<elem_t*>(smem + SM_WX);
     float* red = reinterpret_cast<float*>(smem + SM_RED);
+#if !FRAGMENT_EXCHANGE
+    elem_t* V = reinterpret_cast<elem_t*>(smem + SM_V);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + SM_BARS);
+#endif
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
     const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
@@ -62,7 +68,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     });
 
     float bias_r[G][2];
-    float st[S > 1 ? S - 1 : 1][N_TILES][4];
+    float st[S][N_TILES][4];  // the owned elements' states (h as rounded to elem_t)
 #pragma unroll
     for (int j = 0; j < G; ++j)
 #pragma unroll
@@ -73,18 +79,31 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         for (int e = 0; e < 4; ++e) {
             const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
 #pragma unroll
-            for (int k = 1; k < S; ++k) {
+            for (int k = 0; k < S; ++k) {
                 const float v = col < valid_b ? to_float(states[((size_t)(k * B + b0 + col) * NH + head) * DH + o]) : 0.f;
-                st[k - 1][n][e] = v;
-                if (states_save != nullptr && owns(n, e, wk) && col < valid_b)
+                st[k][n][e] = v;
+                if (k > 0 && states_save != nullptr && owns(n, e, wk) && col < valid_b)
                     states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1)) * unit_stride + (size_t)head * DH + o] = v;
             }
         }
+#if FRAGMENT_EXCHANGE
+    // h_0 as fill 0 of the exchange: each owner publishes its elements (padding batches are zero).
+    FragmentExchange exchange;
+    exchange.init(exchange_buf);
+#pragma unroll
+    for (int n = 0; n < N_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (owns(n, e, wk))
+                exchange.publish(0, o_warp + (lane >> 2) + 8 * (e >> 1), n * 8 + 2 * (lane & 3) + (e & 1),
+                                 from_float<elem_t>(st[0][n][e]));
+#else
     // h_0 -> V[0] (every block of a cluster reads the whole vector); padding batches are zero.
     for (int i = threadIdx.x; i < BATCH_TILE * DH; i += THREADS) {
         const int b = i / DH, k = i - b * DH;
         V[b * V_STRIDE + k] = b < valid_b ? states[((size_t)(b0 + b) * NH + head) * DH + k] : from_float<elem_t>(0.f);
     }
+#endif
 
     const long long wx_stride_b = (long long)T * G * unit_stride * sizeof(elem_t);
     constexpr int WX_ROW_BYTES = ROWS * (int)sizeof(elem_t);
@@ -100,23 +119,38 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 #pragma unroll 1
     for (int t = 0; t < STAGES - 1; ++t) stage_wx(t);
     cp_async_wait_group<STAGES - 2>();
-    StepExchange exchange;  // h_1 .. h_T between the blocks of a head
+#if !FRAGMENT_EXCHANGE
+    ClusterExchange exchange;  // h_1 .. h_T between the blocks of a head
     exchange.init(bars, exchange_buf, valid_b, 1, 0, o_block, ROWS, 1, T);
+#endif
     cluster_barrier();
 
     const size_t h_stride_b = (size_t)T * unit_stride;
     for (int t = 0; t < T; ++t) {
+        const elem_t* wx = wx_stage + (t % STAGES) * WX_TILE;
+        float acc[M_TILES][N_TILES][4];
+#if FRAGMENT_EXCHANGE
+        {
+            fragment_words_t words;
+            exchange.fetch(words, t, k_first);
+            cp_async_wait_group<STAGES - 2>();  // Wx of step t has landed (visible to all after the next barrier)
+            A.multiply(acc, FragmentWordsB{words});
+        }
+        reduce_k_split(acc, red + (t & 1) * RED_FLOATS, wm, wk);
+#if WARPS_K == 1
+        __syncthreads();
+#endif
+        stage_wx(t + STAGES - 1);  // into the stage of step t-1, which every thread has finished reading
+#else
         const int cur = t & 1;
         const elem_t* Vc = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
         elem_t* Vn = V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE;
-        const elem_t* wx = wx_stage + (t % STAGES) * WX_TILE;
         stage_wx(t + STAGES - 1);
-
-        float acc[M_TILES][N_TILES][4];
-        A.multiply(acc, Vc, k_first);
+        A.multiply(acc, SharedVectorB{Vc, k_first});
         reduce_k_split(acc, red, wm, wk);
 #if VECTOR_BUFFERS == 1
         cluster_barrier();  // every block of the cluster has read the vector before it is overwritten
+#endif
 #endif
 
         {
@@ -131,14 +165,18 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 #pragma unroll
                     for (int j = 0; j < G; ++j)
                         x[j] = acc[j][n][e] + bias_r[j][e >> 1] + to_float(wx[(col * G + j) * ROWS + wm * 16 + row]);
-                    s[0] = to_float(Vc[col * V_STRIDE + o]);
 #pragma unroll
-                    for (int k = 1; k < S; ++k) s[k] = st[k - 1][n][e];
+                    for (int k = 0; k < S; ++k) s[k] = st[k][n][e];
                     cell_forward(x, s, y, a);
-#pragma unroll
-                    for (int k = 1; k < S; ++k) st[k - 1][n][e] = y[k];
                     const elem_t h_new = from_float<elem_t>(y[0]);
+                    y[0] = to_float(h_new);
+#pragma unroll
+                    for (int k = 0; k < S; ++k) st[k][n][e] = y[k];
+#if FRAGMENT_EXCHANGE
+                    if (t + 1 < T) exchange.publish(t + 1, o, col, h_new);
+#else
                     Vn[col * V_STRIDE + o] = h_new;
+#endif
                     // h_t straight from registers: no shared-memory read-back on the step's critical path
                     if (col < valid_b)
                         h_out[(size_t)(b0 + col) * h_stride_b + (size_t)t * unit_stride + head * DH + o] = h_new;
@@ -154,18 +192,17 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                     }
                 }
         }
+#if !FRAGMENT_EXCHANGE
         cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
         __syncthreads();
 #if HEAD_BLOCKS > 1
         exchange.push(Vn, t + 1);
         exchange.wait(Vn, t + 1);
 #endif
+#endif
     }
 
-    // The last states.
-    const elem_t* Vl = V + VBUF(T & 1) * BATCH_TILE * V_STRIDE;
-    store_rows(last_states + (size_t)b0 * unit_stride + (size_t)head * DH + o_block, Vl + o_block, 1, 0, ROWS,
-               unit_stride, 0, valid_b);
+    // The last states, from the registers of their owners.
     {
 #pragma unroll
         for (int n = 0; n < N_TILES; ++n)
@@ -174,9 +211,9 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                 if (!owns(n, e, wk)) continue;
                 const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
 #pragma unroll
-                for (int k = 1; k < S; ++k)
+                for (int k = 0; k < S; ++k)
                     if (col < valid_b)
-                        last_states[((size_t)(k * B + b0 + col) * NH + head) * DH + o] = from_float<elem_t>(st[k - 1][n][e]);
+                        last_states[((size_t)(k * B + b0 + col) * NH + head) * DH + o] = from_float<elem_t>(st[k][n][e]);
             }
     }
 }

@@ -20,7 +20,7 @@ from ..runtime.device import current_gpu
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-8"
+VERSION = "fused-9"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
 _MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
@@ -94,7 +94,8 @@ class KernelPlan:
     def smem_bytes(self) -> int:
         """Dynamic shared memory per block."""
         return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles,
-                                 self.vector_buffers, self.stages, self.partial_sums)
+                                 self.vector_buffers, self.stages, self.partial_sums,
+                                 global_exchange=int(self.global_exchange))
 
     @property
     def kernel_name(self) -> str:

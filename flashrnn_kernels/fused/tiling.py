@@ -15,7 +15,8 @@ Decision variables (per block of the cluster that owns one head and one batch ti
   reg_k_tiles     k-tiles of each warp's A fragments kept in registers; the rest live in shared memory...
   global_k_tiles  ...except these, streamed each step from an L2-resident scratch copy (heads too large for chips)
   blocks_per_sm   co-resident blocks per SM assumed by the register cap (__launch_bounds__)
-  vector_buffers  2: double-buffered step vector, one barrier per step; 1: half the buffer, two barriers
+  vector_buffers  2: double-buffered step vector, one barrier per step; 1: half the buffer, two barriers (a forward
+                  exchanging through global memory keeps no step vector on chip: 2, its slots are double buffered)
   stages          depth of the cp.async pipeline of per-step inputs (staged stages-1 steps ahead)
 
 The backward has two forms. It gathers the gate gradients (the step vector, G x head_dim per batch column) and
@@ -59,6 +60,9 @@ EXCHANGE_LOADS = 8  # 16-byte loads (two tagged words) a thread keeps in flight 
 EXCHANGE_ROUND = 1500  # cycles per further round of EXCHANGE_LOADS loads per thread: the 1x768 bf16 forward
 # measured 2.17 / 2.93 / 4.07 us per step with 1 / 2 / 3 rounds (256 / 128 / 64 threads)
 EXCHANGE_REGISTERS = 32  # the polled words in flight
+FRAGMENT_LOADS = 32  # the forward's B fragments a lane polls per step, at most (engine.cuh's FragmentExchange)
+FRAGMENT_LOAD = 120  # cycles per fragment a lane polls, fitted together with the k-split term: the 1x768 bf16 forward
+# on an H200 (B=16, T=1024) measured 1.57 us per step with 8 warps polling 6 fragments each, 1.65 us with 4 x 12
 EXCHANGE_L2_BYTES_PER_CYCLE = 12  # per SM reading the tagged vector: every block reads the same lines (half the
 # streaming rate; fitted so that the 1x768 backward, measured 7.8 us per step through global memory against 7.3 in
 # clusters of 16, stays in clusters)
@@ -121,9 +125,10 @@ def backward_stage_bytes(p: FusedProblem, batch_tile: Any, rows: Any, stages: An
 
 
 def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any,
-               stages: Any, partial_sums: bool = False, sums_left: Any = None) -> Any:
+               stages: Any, partial_sums: bool = False, sums_left: Any = None, global_exchange: Any = 0) -> Any:
     """Dynamic shared memory of one block (the layout of forward.cu / backward.cu / backward_partials.cu, in that
-    order). `sums_left`: partial_parts (computed when None)."""
+    order). `sums_left`: partial_parts (computed when None). A forward exchanging through global memory
+    (`global_exchange` 1) holds no step vector and double-buffers its k-split partial sums."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
     mt = m_tiles(p, partial_sums)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
@@ -132,13 +137,15 @@ def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k
         if sums_left is None:
             sums_left = partial_parts(p, warps_k, n_tiles)
         return size + sums_left * batch_tile * rows * 4
-    size = size + vector_buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
+    fragments_only = global_exchange if p.direction == "forward" else 0
+    buffers = vector_buffers - vector_buffers * fragments_only
+    size = size + buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
     if p.direction == "forward":
         size = size + stages * batch_tile * p.gates * rows * e  # Wx staging
     else:
         size = size + backward_stage_bytes(p, batch_tile, rows, stages)
     slots = warps_k * ((2 * warps_k - 2) // warps_k)  # warps_k partial sums when warps_k > 1, else none
-    size = size + slots * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
+    size = size + (1 + fragments_only) * slots * warps_m * mt * n_tiles * 4 * 32 * 4  # k-split partial sums
     return size + EXCHANGE_BARRIER_BYTES
 
 
@@ -232,7 +239,14 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     regs = predicted_registers(p, nt, reg_kt, partial_sums, kt_w, wk)
     stream_regs = STREAM_REGISTERS * nt if stream_from_l2 else 0
     margin = REGISTER_MARGIN_SM100 if gpu.compute_capability >= (10, 0) else REGISTER_MARGIN
-    m.add(regs + margin + stream_regs + EXCHANGE_REGISTERS * glob <= budget,
+    if p.direction == "forward":  # the fetched B fragments: one 16-byte load per k-tile and n-tile, all in flight
+        exchange_regs = 4 * kt_w * nt * glob
+        m.add(glob * kt_w * nt <= FRAGMENT_LOADS, name=f"a forward through global memory polls at most "
+                                                       f"{FRAGMENT_LOADS} fragments per lane (k-tiles x n-tiles)")
+        m.add(vb >= 1 + glob, name="a forward through global memory double-buffers its slots")
+    else:
+        exchange_regs = EXCHANGE_REGISTERS * glob
+    m.add(regs + margin + stream_regs + exchange_regs <= budget,
           name="predicted registers per thread (+ margin) <= the register budget")
     m.add(budget * gpu.warp_size * parts * warp_groups * per_sm <= gpu.regs_per_sm,
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
@@ -241,7 +255,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
         sums_left = m.int_var(1, min(16, p.head_dim // 16), "partial_parts")
         m.add(m.any_of([sums_left * nt == wk, sums_left == p.head_dim // 16]), name="partial sums left per element")
         m.add(sums_left * nt <= wk, name="one partial sum per group of threads")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, sums_left)
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, sums_left, glob)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
@@ -297,7 +311,9 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
         exchange_read = nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE)
         loads = glob * nt * k_dim(p) * e  # pairs of words of a fill
     step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + exchange_read)
-    if exchange != "cluster":  # rounds of polled loads: every thread reads its share
+    if p.direction == "forward":  # each warp polls the fragments of its K slice
+        step = step + glob * kt_w * nt * FRAGMENT_LOAD
+    elif exchange != "cluster":  # rounds of polled loads: every thread reads its share
         most = p.head_dim * 8 // 128 if partial_sums else -(-max_tiles * k_dim(p) * e // (EXCHANGE_LOADS * 32))
         rounds = m.int_var(0, max(1, most), "exchange_rounds")
         m.add(rounds * EXCHANGE_LOADS * 32 * warps >= loads,
