@@ -11,7 +11,8 @@
 // read GATES x HEAD_DIM x BATCH_TILE elements, tagged.
 //
 // Exchange: each (batch tile, head) owns two slots (fill f in slot f % 2) of HEAD_BLOCKS owner regions of SOURCES
-// (one per 16-row group of a block) x BATCH_TILE x ROWS fp32 words. A word's two low mantissa bits carry the tag
+// (one per 16-row group of a block) x ROWS x BATCH_TILE fp32 words (a lane stores its two adjacent batch columns of a
+// unit with one 8-byte store). A word's two low mantissa bits carry the tag
 // (f + 1) % 4, so a reader polls the data itself (one 16-byte load per 4 words; the buffer is zeroed before the
 // launch, tag 0). A slot is rewritten two fills later, only after its writer has read the fill in between, which
 // every reader wrote after reading this one (as in engine.cuh's GlobalExchange). Clearing the two low bits of the
@@ -34,12 +35,11 @@ static_assert(GLOBAL_EXCHANGE && HEAD_BLOCKS > 1 && GLOBAL_K_TILES == 0 && VECTO
 #define ELEMS ((ROWS_PER_BLOCK * BATCH_TILE + THREADS - 1) / THREADS)  // pointwise elements per thread
 #define QPS (BATCH_TILE * ROWS_PER_BLOCK / 4)                        // 16-byte loads of one source's share
 #define QUADS (SOURCES * QPS)                                         // 16-byte loads of a block's share
-// Every load of a thread holds the same units and batch column (THREADS is a multiple of QPS): the thread sums its
+// Every load of a thread holds the same unit and batch columns (THREADS is a multiple of QPS): the thread sums its
 // loads in registers, and PARTS partial sums per element are left to add.
 #define PARTS (THREADS / QPS < SOURCES ? THREADS / QPS : SOURCES)
 static_assert(THREADS % QPS == 0, "partial sums: the threads split into whole groups of one source's share");
 static_assert(K_TILES_PER_WARP % K_SPAN == 0, "a warp's units cover whole 16-row tiles of R^T");
-static_assert(ROWS_PER_BLOCK % 4 == 0, "a block's share is read in 16-byte loads");
 
 // Shared memory layout (bytes): R fragments, the step's dx, staged per-step inputs, received partial sums.
 #define SM_RFRAG 0
@@ -49,9 +49,10 @@ static_assert(ROWS_PER_BLOCK % 4 == 0, "a block's share is read in 16-byte loads
 #define SM_TOTAL (SM_RECV + PARTS * QPS * 16)
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
-__device__ __forceinline__ void store_tagged(u32* p, float v, u32 tag) {
-    const u32 word = (__float_as_uint(v) & ~3u) | tag;
-    asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(word) : "memory");
+// Two adjacent words, each tagged.
+__device__ __forceinline__ void store_tagged2(u32* p, float v0, float v1, u32 tag) {
+    const u32 w0 = (__float_as_uint(v0) & ~3u) | tag, w1 = (__float_as_uint(v1) & ~3u) | tag;
+    asm volatile("st.relaxed.gpu.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w0), "r"(w1) : "memory");
 }
 
 __device__ __forceinline__ uint4 load_quad_relaxed(const u32* p) {
@@ -106,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* dxs = reinterpret_cast<elem_t*>(smem + SM_DX);
-    float* recv = reinterpret_cast<float*>(smem + SM_RECV);  // [PARTS][BATCH_TILE][ROWS]
+    float* recv = reinterpret_cast<float*>(smem + SM_RECV);  // [PARTS][ROWS][BATCH_TILE]
 
     constexpr int G = GATES, S = STATES, DH = HEAD_DIM, NH = NUM_HEADS, ROWS = ROWS_PER_BLOCK;
     const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
@@ -159,7 +160,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
             float dh_rec = 0.f;
             if (it > 0)
 #pragma unroll
-                for (int p = 0; p < PARTS; ++p) dh_rec += recv[(p * BATCH_TILE + col) * ROWS + r];
+                for (int p = 0; p < PARTS; ++p) dh_rec += recv[(p * ROWS + r) * BATCH_TILE + col];
             if (it == T) {
                 if (col < valid_b)
 #pragma unroll
@@ -187,11 +188,11 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int u = k_first + i * 16 + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
+                for (int h = 0; h < 2; ++h) {  // elements e = 2h, 2h + 1: batch columns col, col + 1 of unit u
+                    const int u = k_first + i * 16 + (lane >> 2) + 8 * h, col = n * 8 + 2 * (lane & 3);
                     const int owner = u / ROWS, r = u - owner * ROWS;
-                    store_tagged(fill + (((size_t)owner * SOURCES + source) * BATCH_TILE + col) * ROWS + r,
-                                 acc[i][n][e], tag);
+                    store_tagged2(fill + (((size_t)owner * SOURCES + source) * ROWS + r) * BATCH_TILE + col,
+                                  acc[i][n][2 * h], acc[i][n][2 * h + 1], tag);
                 }
 
         // Every source's partial sums of this block's units, as they arrive.

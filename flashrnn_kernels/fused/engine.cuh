@@ -282,32 +282,46 @@ struct RecurrentA {
 // pointwise step: warp wk owns those with (4n + e) % WARPS_K == wk, and keeps their states for the whole sequence.
 __device__ __forceinline__ bool owns(int n, int e, int wk) { return WARPS_K == 1 || (n * 4 + e) % WARPS_K == wk; }
 
-// Sum the WARPS_K partial products of a row group into the warps owning each element (one block barrier).
+// Sum the WARPS_K partial products of a row group into the warps owning each element (one block barrier). `red`
+// holds [warp][n][e][lane][m]: a warp stores, and an owner loads from each warp, the M_TILES values of an element
+// together (one 16-byte access per element where M_TILES is 4).
 __device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
 #if WARPS_K > 1
     const int lane = threadIdx.x & 31;
-    constexpr int PER = M_TILES * N_TILES * 4;
-    float* mine = red + ((size_t)(wk * WARPS_M + wm) * PER) * 32 + lane;
+    constexpr int PER_WARP = N_TILES * 4 * 32 * M_TILES;
+    auto at = [&](int w, int n, int e) { return red + (size_t)(w * WARPS_M + wm) * PER_WARP + ((n * 4 + e) * 32 + lane) * M_TILES; };
 #pragma unroll
-    for (int m = 0; m < M_TILES; ++m)
+    for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
-        for (int n = 0; n < N_TILES; ++n)
+        for (int e = 0; e < 4; ++e) {
+            float* mine = at(wk, n, e);
+            if constexpr (M_TILES == 4) {
+                *reinterpret_cast<float4*>(mine) = make_float4(acc[0][n][e], acc[1][n][e], acc[2][n][e], acc[3][n][e]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) mine[((m * N_TILES + n) * 4 + e) * 32] = acc[m][n][e];
+                for (int m = 0; m < M_TILES; ++m) mine[m] = acc[m][n][e];
+            }
+        }
     __syncthreads();
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             if (!owns(n, e, wk)) continue;
+            float sum[M_TILES] = {};
 #pragma unroll
-            for (int m = 0; m < M_TILES; ++m) {
-                float sum = 0.f;
+            for (int w = 0; w < WARPS_K; ++w) {
+                const float* theirs = at(w, n, e);
+                if constexpr (M_TILES == 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(theirs);
+                    sum[0] += v.x; sum[1] += v.y; sum[2] += v.z; sum[3] += v.w;
+                } else {
 #pragma unroll
-                for (int w = 0; w < WARPS_K; ++w)
-                    sum += red[(((size_t)(w * WARPS_M + wm) * PER) + (m * N_TILES + n) * 4 + e) * 32 + lane];
-                acc[m][n][e] = sum;
+                    for (int m = 0; m < M_TILES; ++m) sum[m] += theirs[m];
+                }
             }
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) acc[m][n][e] = sum[m];
         }
 #endif
 }
