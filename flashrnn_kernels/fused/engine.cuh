@@ -330,15 +330,16 @@ __device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4]
 
 // dst[b][j][0:ROW_BYTES] <- src + b*stride_b + j*stride_j (bytes), for b < BATCH_TILE; rows b >= valid_b are zero.
 // The sizes are compile-time so that the loop unrolls into straight-line address arithmetic (it runs every step).
+// `thread`: this thread's place in the copy (a kernel may rotate it to keep the copies off some warps).
 template <int J_COUNT, int ROW_BYTES>
 __device__ __forceinline__ void stage_rows(void* dst, const void* src, long long stride_b, long long stride_j,
-                                           int valid_b) {
+                                           int valid_b, int thread = (int)threadIdx.x) {
     static_assert(ROW_BYTES % 16 == 0, "staged rows are whole 16-byte chunks");
     constexpr int CHUNKS = ROW_BYTES / 16, PER_B = J_COUNT * CHUNKS > 0 ? J_COUNT * CHUNKS : 1;
     constexpr int TOTAL = BATCH_TILE * J_COUNT * CHUNKS;
 #pragma unroll
     for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
-        const int i = i0 + (int)threadIdx.x;
+        const int i = i0 + thread;
         if (TOTAL % THREADS != 0 && i >= TOTAL) break;
         const int b = i / PER_B, rest = i - b * PER_B, j = rest / CHUNKS, c = rest - j * CHUNKS;
         const bool valid = b < valid_b;

@@ -109,11 +109,14 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     constexpr int WX_ROW_BYTES = ROWS * (int)sizeof(elem_t);
     const elem_t* wx_base = Wx + ((size_t)b0 * T * G) * unit_stride + (size_t)head * DH + o_block;
     constexpr int WX_TILE = BATCH_TILE * G * ROWS;
-    // Wx of step t lives in stage t % STAGES; steps are staged STAGES-1 ahead (one commit group per step).
+    // Wx of step t lives in stage t % STAGES; steps are staged STAGES-1 ahead (one commit group per step). The copies
+    // start at the first warp that owns no accumulator element (warps_k > 4 n-tiles), off the pointwise step's path.
+    constexpr int IDLE_FROM = WARPS_K > 4 * N_TILES ? 4 * N_TILES * WARPS_M * 32 : 0;
+    const int stage_thread = ((int)threadIdx.x + THREADS - IDLE_FROM) % THREADS;
     auto stage_wx = [&](int t) {
         if (t < T)
             stage_rows<G, WX_ROW_BYTES>(wx_stage + (t % STAGES) * WX_TILE, wx_base + (size_t)t * G * unit_stride,
-                                        wx_stride_b, unit_stride * sizeof(elem_t), valid_b);
+                                        wx_stride_b, unit_stride * sizeof(elem_t), valid_b, stage_thread);
         cp_async_commit();
     };
 #pragma unroll 1
