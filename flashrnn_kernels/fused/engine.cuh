@@ -289,7 +289,9 @@ __device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4]
 #if WARPS_K > 1
     const int lane = threadIdx.x & 31;
     constexpr int PER_WARP = N_TILES * 4 * 32 * M_TILES;
-    auto at = [&](int w, int n, int e) { return red + (size_t)(w * WARPS_M + wm) * PER_WARP + ((n * 4 + e) * 32 + lane) * M_TILES; };
+    auto at = [&](int w, int n, int e) {
+        return red + (size_t)(w * WARPS_M + wm) * PER_WARP + ((n * 4 + e) * 32 + lane) * M_TILES;
+    };
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
@@ -466,11 +468,12 @@ struct ClusterExchange {
 };
 
 #if GLOBAL_EXCHANGE
-// The exchange of the step vector through global memory, for blocks that share no cluster. Every (batch tile,
-// head) owns two slots of BATCH_TILE x ROW_WORDS 64-bit words; fill f lives in slot f % 2. A word carries 4 bytes
-// of the vector (two bf16/fp16 elements or one fp32) in its low half and the tag f + 1 in its high half, so a
-// reader polls the data itself: one L2 round trip per step, no flag and no fence (an aligned 64-bit access is
-// single-copy atomic). The buffer is zeroed before the launch (tag 0: no fill yet).
+// The backward's exchange of the step vector (gate gradients) through global memory, for blocks that share no
+// cluster (the forward's is FragmentExchange below). Every (batch tile, head) owns two slots of BATCH_TILE x
+// ROW_WORDS 64-bit words; fill f lives in slot f % 2. A word carries 4 bytes of the vector (two bf16/fp16 elements
+// or one fp32) in its low half and the tag f + 1 in its high half, so a reader polls the data itself: one L2 round
+// trip per step, no flag and no fence (an aligned 64-bit access is single-copy atomic). The buffer is zeroed before
+// the launch (tag 0: no fill yet).
 // Slot reuse is safe without a barrier: a block writes fill f + 2 only after it has read every block's slice of
 // fill f + 1, which each block wrote after it had read fill f (its loads returned before its block barrier).
 #define PAYLOAD_ELEMS (4 / (int)sizeof(elem_t))

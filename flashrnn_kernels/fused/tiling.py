@@ -28,8 +28,9 @@ per step instead of the tagged G x head_dim x batch tile vector.
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
 k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; the cluster's exchange of the
-step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: rounds
-of polled loads plus reading the whole tagged vector from L2), and the step's HBM traffic. The synchronisation
+step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: reading
+the whole tagged vector from L2, in rounds of polled loads backward and as each warp's polled B fragments forward),
+and the step's HBM traffic. The synchronisation
 costs come from H200 measurements and are coarse: the 1x768 forward's cluster exchange, with the skew between the
 16 blocks it absorbs, measured 0.7-1.0 us per step.
 """
