@@ -70,9 +70,6 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     BackwardStep inputs;
     inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
                 u_block);
-#pragma unroll 1
-    for (int it = 0; it < STAGES - 1; ++it) inputs.stage_iteration(it);
-    cp_async_wait_group<STAGES - 2>();
     StepExchange exchange;  // the gate gradients of iterations 0 .. T-1 between the blocks of a head
     exchange.init(bars, exchange_buf, valid_b, G, DH, u_block, ROWS, 0, T - 1);
     cluster_barrier();

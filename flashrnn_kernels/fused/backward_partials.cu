@@ -139,9 +139,6 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     BackwardStep inputs;
     inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
                 u_block);
-#pragma unroll 1
-    for (int it = 0; it < STAGES - 1; ++it) inputs.stage_iteration(it);
-    cp_async_wait_group<STAGES - 2>();
     __syncthreads();
 
     constexpr int SLOT = HEAD_BLOCKS * SOURCES * BATCH_TILE * ROWS;  // words of one fill

@@ -27,6 +27,8 @@ struct BackwardStep {
     int B, T, b0, valid_b;
     size_t col0, unit_stride;  // element offset of the block's first unit in a [.., NH, DH] row; NH * DH
 
+    // Set up, then stage the first STAGES-1 iterations: this thread's copies of iteration 0 have landed on return
+    // (the caller's next barrier makes everyone's visible).
     __device__ __forceinline__ void init(void* stage_smem, const elem_t* states_, const elem_t* h_out_,
                                          const elem_t* d_h_, const float* gates_save_, const float* states_save_,
                                          elem_t* d_gates_, int B_, int T_, int b0_, int valid_b_, int head,
@@ -37,6 +39,9 @@ struct BackwardStep {
         d_gates = d_gates_; B = B_; T = T_; b0 = b0_; valid_b = valid_b_;
         unit_stride = (size_t)NUM_HEADS * HEAD_DIM;
         col0 = (size_t)head * HEAD_DIM + u_block;
+#pragma unroll 1
+        for (int it = 0; it < STAGES - 1; ++it) stage_iteration(it);
+        cp_async_wait_group<STAGES - 2>();
     }
 
     // Stage the inputs of step t into buffer buf (one cp.async group per call, committed by the caller).

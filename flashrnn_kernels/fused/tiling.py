@@ -30,9 +30,8 @@ the warp's k-tiles, shared-memory traffic for A fragments in shared memory and f
 k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; the cluster's exchange of the
 step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: reading
 the whole tagged vector from L2, in rounds of polled loads backward and as each warp's polled B fragments forward),
-and the step's HBM traffic. The synchronisation
-costs come from H200 measurements and are coarse: the 1x768 forward's cluster exchange, with the skew between the
-16 blocks it absorbs, measured 0.7-1.0 us per step.
+and the step's HBM traffic. The synchronisation costs come from H200 measurements and are coarse: the 1x768
+forward's cluster exchange, with the skew between the 16 blocks it absorbs, measured 0.7-1.0 us per step.
 """
 from __future__ import annotations
 
@@ -58,8 +57,9 @@ GLOBAL_EXCHANGE = 150  # cycles per step of the global exchange besides its roun
 # to an H200, B=16, T=1024, bf16, per step: 1x768 forward 2.14 us in 48 blocks, 1x768 backward 8.2 us in 48 blocks,
 # 1x1024 forward 2.07 us and backward 10.2 us in 64 blocks)
 EXCHANGE_LOADS = 8  # 16-byte loads (two tagged words) a thread keeps in flight while polling (engine.cuh)
-EXCHANGE_ROUND = 1500  # cycles per further round of EXCHANGE_LOADS loads per thread: the 1x768 bf16 forward
-# measured 2.17 / 2.93 / 4.07 us per step with 1 / 2 / 3 rounds (256 / 128 / 64 threads)
+EXCHANGE_ROUND = 1500  # cycles per further round of EXCHANGE_LOADS loads per thread (the backward's vector exchange;
+# fitted when the forward read the vector the same way: 2.17 / 2.93 / 4.07 us per step of the 1x768 bf16 forward
+# with 1 / 2 / 3 rounds, 256 / 128 / 64 threads)
 EXCHANGE_REGISTERS = 32  # the polled words in flight
 FRAGMENT_LOADS = 32  # the forward's B fragments a lane polls per step, at most (engine.cuh's FragmentExchange)
 FRAGMENT_LOAD = 120  # cycles per fragment a lane polls, fitted together with the k-split term: the 1x768 bf16 forward
