@@ -58,8 +58,10 @@ LINEAR_REGISTERS_16 = 184
 """The linear kernel's need at 16 steps per thread: the fp32 backward (vec 4) takes 180 registers unbounded and
 spilled under a cap of 168 (nvcc 13, sm_90)."""
 
-LATENCY_NS = 1500
-"""Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load)."""
+LATENCY_NS = 1000
+"""Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load). On the
+H200 a linear_scan block of 2 warps with 24 KB in flight streamed 21 GB/s (fp32 [8, 4096, 1536], 192 lanes at 96%
+of copy): at most 1.1 us."""
 
 LOOKBACK_NS = 1500
 """A resident segment's look-back, besides its rounds: the wait for the last predecessor's map (the segments' pass
@@ -103,8 +105,14 @@ class WorkModel:
     min_row_bytes: int
     """A tile's row (its channels at one step) spans at least this many bytes (or the largest power of two of
     channels within D)."""
+    whole_row_bytes: int
+    """Whole lanes' rows span exactly this many bytes where D has that many (0: any width)."""
     threads_d: tuple[int, ...]
     """Choices of threads along D."""
+    min_warps: int
+    """Warps per block at least (unless its rows are at most POW2_ROWS' largest)."""
+    busy_warps: int
+    """Warps the blocks on the busiest SM run together at least (0: no bound; unless rows are at most)."""
     sm_share: tuple[int, int]
     """An SM streams at most sm_share[0] / sm_share[1] times its even share of the bandwidth."""
     chunk_ns: int
@@ -119,37 +127,48 @@ class WorkModel:
     chained_step_ns: tuple[int, int]
     """A chained block's lifetime per step each thread handles (its chunk's two passes and the chain of look-backs
     it waits on), forward and backward."""
+    prefer_occupancy: bool
+    """Where the model ties, whether more resident blocks per SM win (see `objective`)."""
     resident: bool
     """Whether lanes may be split into resident segments (each streams its inputs twice and runs its chunks' work
     twice)."""
 
 
 WORK_MODELS = {
-    "linear": WorkModel(min_row_bytes=128, threads_d=POW2_AND_THREES, sm_share=(5, 4), chunk_ns=250, row_ns=30,
-                        element_ns=10, chained_ns=12000, chained_step_ns=(0, 0), resident=True),
-    "min_gru": WorkModel(min_row_bytes=64, threads_d=POW2, sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
-                         chained_ns=0, chained_step_ns=(0, 3000), resident=False),
+    "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
+                        sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=10, chained_ns=12000,
+                        chained_step_ns=(0, 0), prefer_occupancy=True, resident=True),
+    "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
+                         sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
+                         chained_ns=0, chained_step_ns=(0, 3000), prefer_occupancy=False, resident=False),
 }
 WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
-"""Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T,
-1536]). The linear scan: rows of 64 bytes streamed at most 66% (fp32) / 77% (bf16) of copy, rows of 128-256 bytes
-88-96% / 85-98%; 96 lanes on 96 SMs reached 88% (bf16); with one block of 8 rows per SM, 2, 4 and 8 steps per
-thread streamed at 41%, 68% and 93-98% (bf16), which chunk_ns, row_ns and element_ns fit. Its plans (bf16 tiles of
-96 channels, fp32 of 96) measured 85-87% (bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536, against 55-64%
-(bf16) for the 64-byte rows of the minGRU / minLSTM model. Its chained launches at [1, 65536, 64] took 21-25 us at
-every block shape of 8 or 16 steps per thread (fp32 forward, two waves; `scan_thin_sweep.csv`), about 12 us more
-than the waves' model (chained_ns), while resident segments measured within 10% of the model; with chained_ns the
-planner takes resident segments for [1, 65536, 64] (H200, against the chained plans: fp32 forward 19.4 / 23.4 us,
-backward 60.3 / 56.0 us; bf16 12.8 / 13.5 and 25.8 / 35.9 us) and for the short [3, 1000, 96] and [1, 5000, 64]
-(forward 0.83-1.13x, backward 1.6-2.0x the chained plans' speed). The minGRU / minLSTM kernels compute exponentials and
-reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
-their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). On the thin [1, 65536, 64]
-(chained segments; `bench_scan.py --thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives longer the
-more steps each thread handles, in the backward most: fp32 backward with 2 / 4 / 8 steps per thread 67 / 66 / 93 us
-(minGRU) and 84 / 98 / 220 us (minLSTM) at one chunk per block; chained_step_ns = 3000 backward picks 4 steps
-there. The forward's times vary less and not the same way in fp32 (4 steps best) and bf16 (4 better than 2), so
-it has no per-step term. Resident segments run their chunks' gate math twice: measured 1.2-2.6x slower than
-chained ones for these cells (fp32 forward and backward, bf16 backward), so they are not offered."""
+"""Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T, 1536]).
+The linear scan's whole lanes, timed side by side (`bench_scan.py --sweep` and alternating rounds of the best
+shapes, 2026-11-30, T = 4,096 / 16,384 / 65,536): rows of 256 bytes streamed best in both dtypes (fp32 16 x 4
+threads, 4 steps, 4 stages: 95.9 / 97.2 / 96.5% of copy; bf16 16 x 8, 8 steps, 3 stages: 92.3 / 98.4 / 99.0%),
+against the earlier plans' rows of 384 bytes (fp32 24 x 8: 86.5 / 89.6 / 92.3%) and 192 bytes (bf16 12 x 32: 84.7 /
+84.5 / 86.1%); 128-byte bf16 rows reached at most 78%, 512-byte rows 94-96% (fp32) and 41% (bf16: 48 lanes); blocks
+with fewer than 4 warps on their SM fell behind (bf16 16 x 4: 57-60%). Hence whole_row_bytes and busy_warps;
+chunk_ns and LATENCY_NS were refitted so that the model ranks those shapes first. Earlier sweeps: rows of 64 bytes
+streamed at most 66% (fp32) / 77% (bf16) of copy, rows of 128-256 bytes 88-96% / 85-98%; 96 lanes on 96 SMs reached
+88% (bf16); with one block of 8 rows per SM, 2, 4 and 8 steps per thread streamed at 41%, 68% and 93-98% (bf16),
+which chunk_ns, row_ns and element_ns fit. The plans before (bf16 tiles of 96 channels, fp32 of 96) measured 85-87%
+(bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536, against 55-64% (bf16) for the 64-byte rows of the minGRU /
+minLSTM model. Its chained launches at [1, 65536, 64] took 21-25 us at every block shape of 8 or 16 steps per thread
+(fp32 forward, two waves; `scan_thin_sweep.csv`), about 12 us more than the waves' model (chained_ns), while
+resident segments measured within 10% of the model; with chained_ns the planner takes resident segments for [1,
+65536, 64] (H200, against the chained plans: fp32 forward 19.4 / 23.4 us, backward 60.3 / 56.0 us; bf16 12.8 / 13.5
+and 25.8 / 35.9 us) and for the short [3, 1000, 96] and [1, 5000, 64] (forward 0.83-1.13x, backward 1.6-2.0x the
+chained plans' speed). The minGRU / minLSTM kernels compute exponentials and reciprocals per element and run faster
+with more, narrower lanes (more warps per SM): under the linear scan's model their plans took 10-70% longer (min_gru
+fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). On the thin [1, 65536, 64] (chained segments; `bench_scan.py
+--thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives longer the more steps each thread handles, in the
+backward most: fp32 backward with 2 / 4 / 8 steps per thread 67 / 66 / 93 us (minGRU) and 84 / 98 / 220 us (minLSTM)
+at one chunk per block; chained_step_ns = 3000 backward picks 4 steps there. The forward's times vary less and not
+the same way in fp32 (4 steps best) and bf16 (4 better than 2), so it has no per-step term. Resident segments run
+their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and
+backward, bf16 backward), so they are not offered."""
 
 
 def linear_register_need(steps):
@@ -327,7 +346,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile, 1) * stages + gpu.smem_reserved_per_block
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
-    m.add(m.any_of([threads >= 4 * gpu.warp_size, tt == max(POW2_ROWS)]), name="four_warps_unless_rows_are_at_most")
+    m.add(m.any_of([threads >= work.min_warps * gpu.warp_size, tt == max(POW2_ROWS)]),
+          name="min_warps_unless_rows_are_at_most")
     m.add(chunk >= MIN_CHUNK, name="chunk_at_least_min")
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
@@ -357,6 +377,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
                     (occ + 1) * threads > parts * reg_warps * gpu.warp_size, (occ + 1) * smem > gpu.smem_per_sm]),
           name="occupancy_is_the_most_that_fits")
     m.add(occ * threads >= MIN_RESIDENT_WARPS * gpu.warp_size, name="resident_warps")
+    preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
+    m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
 
     # the time model (module docstring)
     bw = gpu.memory_bandwidth // 10**9  # bytes per ns
@@ -377,6 +399,10 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([resident == 0, waves == 1]), name="resident_segments_one_wave")
     active = _min_of(m, blocks, slots, B * dim * T, "active_blocks")
     per_sm = _ceil_count(m, active, gpu.sm_count, B * dim * T, "blocks_on_busiest_sm")
+    m.add(m.any_of([per_sm * threads >= work.busy_warps * gpu.warp_size, tt == max(POW2_ROWS)]),
+          name="warps_on_busiest_sm_unless_rows_are_at_most")
+    if work.whole_row_bytes and dim * esize >= work.whole_row_bytes:
+        m.add(m.any_of([split == 1, tile * esize == work.whole_row_bytes]), name="whole_lane_row_bytes")
     seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
     reread = 0 if B * T * dim * inputs * esize <= gpu.l2_bytes // 2 else inputs * esize
     dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
@@ -411,10 +437,13 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
 def objective(m: constrint.Model):
     """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and, for chained
     segments, more steps per thread (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16
-    chained, 16 steps 14.6 us, 8 steps 16.6 us)."""
+    chained, 16 steps 14.6 us, 8 steps 16.6 us), then, for the linear scan (WorkModel.prefer_occupancy), more
+    resident blocks per SM (H200, linear_scan [8, 4096,
+    1536] fp32, rows of 4 x 16 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4
+    blocks, 161.3 us)."""
     v = m.var
-    return (128 * v("time_ns") + 64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
-            + 2 * v("chained") * (16 // v("steps")))
+    return (2048 * v("time_ns") + 16 * (64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
+                                        + 2 * v("chained") * (16 // v("steps"))) + 16 - v("preferred_occupancy"))
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
