@@ -278,24 +278,31 @@ struct RecurrentA {
 };
 
 // Accumulator elements (n-tile n, element e) are shared out over the WARPS_K warps of a row group for the
-// pointwise step: warp wk owns those with (4n + e) % WARPS_K == wk, and keeps their states for the whole sequence.
+// pointwise step: element i = 4n + e belongs to warp i % WARPS_K, as its slot i / WARPS_K, and that warp keeps its
+// states for the whole sequence.
 __device__ __forceinline__ bool owns(int n, int e, int wk) { return WARPS_K == 1 || (n * 4 + e) % WARPS_K == wk; }
 
-// Sum the WARPS_K partial products of a row group into the warps owning each element (one block barrier). `red`
-// holds [warp][n][e][lane][m]: a warp stores, and an owner loads from each warp, the M_TILES values of an element
-// together (one 16-byte access per element where M_TILES is 4).
-__device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
-#if WARPS_K > 1
-    const int lane = threadIdx.x & 31;
-    constexpr int PER_WARP = N_TILES * 4 * 32 * M_TILES;
-    auto at = [&](int w, int n, int e) {
-        return red + (size_t)(w * WARPS_M + wm) * PER_WARP + ((n * 4 + e) * 32 + lane) * M_TILES;
-    };
+#define OWNED_SLOTS ((4 * N_TILES + WARPS_K - 1) / WARPS_K)  // elements a warp owns at most
+
+// The element of slot q of warp wk (4 * N_TILES or more: the warp owns no element there). A constant where
+// WARPS_K == 1, so that the slots' loops index registers with constants.
+__device__ __forceinline__ int owned_element(int q, int wk) { return WARPS_K == 1 ? q : wk + q * WARPS_K; }
+
+// Where element i's M_TILES partial sums of warp w of row group wm sit in `red`, laid out [warp][n][e][lane][m]: a
+// warp stores, and an owner loads from each warp, the M_TILES values of an element together (one 16-byte access
+// where M_TILES is 4).
+__device__ __forceinline__ float* partials_at(float* red, int w, int wm, int i) {
+    return red + (size_t)(w * WARPS_M + wm) * (N_TILES * 4 * 32 * M_TILES) + (i * 32 + (threadIdx.x & 31)) * M_TILES;
+}
+
+// Each warp's partial products of its row group into `red` (the k-split reduction's first half; a block barrier
+// must follow before `sum_partials`).
+__device__ __forceinline__ void store_partials(const float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float* mine = at(wk, n, e);
+            float* mine = partials_at(red, wk, wm, n * 4 + e);
             if constexpr (M_TILES == 4) {
                 *reinterpret_cast<float4*>(mine) = make_float4(acc[0][n][e], acc[1][n][e], acc[2][n][e], acc[3][n][e]);
             } else {
@@ -303,24 +310,37 @@ __device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4]
                 for (int m = 0; m < M_TILES; ++m) mine[m] = acc[m][n][e];
             }
         }
+}
+
+// The sum over the WARPS_K warps of element i's partial products (its owner calls it after the barrier).
+__device__ __forceinline__ void sum_partials(float* red, int wm, int i, float (&sum)[M_TILES]) {
+#pragma unroll
+    for (int m = 0; m < M_TILES; ++m) sum[m] = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS_K; ++w) {
+        const float* theirs = partials_at(red, w, wm, i);
+        if constexpr (M_TILES == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(theirs);
+            sum[0] += v.x; sum[1] += v.y; sum[2] += v.z; sum[3] += v.w;
+        } else {
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) sum[m] += theirs[m];
+        }
+    }
+}
+
+// Sum the WARPS_K partial products of a row group into the warps owning each element, in place (one block barrier).
+__device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
+#if WARPS_K > 1
+    store_partials(acc, red, wm, wk);
     __syncthreads();
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             if (!owns(n, e, wk)) continue;
-            float sum[M_TILES] = {};
-#pragma unroll
-            for (int w = 0; w < WARPS_K; ++w) {
-                const float* theirs = at(w, n, e);
-                if constexpr (M_TILES == 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(theirs);
-                    sum[0] += v.x; sum[1] += v.y; sum[2] += v.z; sum[3] += v.w;
-                } else {
-#pragma unroll
-                    for (int m = 0; m < M_TILES; ++m) sum[m] += theirs[m];
-                }
-            }
+            float sum[M_TILES];
+            sum_partials(red, wm, n * 4 + e, sum);
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m) acc[m][n][e] = sum[m];
         }

@@ -68,35 +68,42 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     });
 
     float bias_r[G][2];
-    float st[S][N_TILES][4];  // the owned elements' states (h as rounded to elem_t)
+    float st[S][OWNED_SLOTS];  // the states of the warp's owned elements (h as rounded to elem_t), by slot
 #pragma unroll
     for (int j = 0; j < G; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) bias_r[j][h] = to_float(bias[(size_t)(j * NH + head) * DH + o_warp + (lane >> 2) + 8 * h]);
+    // Where slot q's element sits: unit o (half h of the bias rows) and batch column col; false where the warp owns
+    // no element in that slot.
+    auto slot_at = [&](int q, int& o, int& h, int& col) {
+        const int i = owned_element(q, wk), e = i & 3;
+        h = e >> 1;
+        o = o_warp + (lane >> 2) + 8 * h;
+        col = (i >> 2) * 8 + 2 * (lane & 3) + (e & 1);
+        return i < 4 * N_TILES;
+    };
 #pragma unroll
-    for (int n = 0; n < N_TILES; ++n)
+    for (int q = 0; q < OWNED_SLOTS; ++q) {
+        int o, h, col;
+        const bool mine = slot_at(q, o, h, col);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
-#pragma unroll
-            for (int k = 0; k < S; ++k) {
-                const float v = col < valid_b ? to_float(states[((size_t)(k * B + b0 + col) * NH + head) * DH + o]) : 0.f;
-                st[k][n][e] = v;
-                if (k > 0 && states_save != nullptr && owns(n, e, wk) && col < valid_b)
-                    states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1)) * unit_stride + (size_t)head * DH + o] = v;
-            }
+        for (int k = 0; k < S; ++k) {
+            const bool present = mine && col < valid_b;
+            const float v = present ? to_float(states[((size_t)(k * B + b0 + col) * NH + head) * DH + o]) : 0.f;
+            st[k][q] = v;
+            if (k > 0 && states_save != nullptr && present)
+                states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1)) * unit_stride + (size_t)head * DH + o] = v;
         }
+    }
 #if FRAGMENT_EXCHANGE
     // h_0 as fill 0 of the exchange: each owner publishes its elements (padding batches are zero).
     FragmentExchange exchange;
     exchange.init(exchange_buf);
 #pragma unroll
-    for (int n = 0; n < N_TILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            if (owns(n, e, wk))
-                exchange.publish(0, o_warp + (lane >> 2) + 8 * (e >> 1), n * 8 + 2 * (lane & 3) + (e & 1),
-                                 from_float<elem_t>(st[0][n][e]));
+    for (int q = 0; q < OWNED_SLOTS; ++q) {
+        int o, h, col;
+        if (slot_at(q, o, h, col)) exchange.publish(0, o, col, from_float<elem_t>(st[0][q]));
+    }
 #else
     // h_0 -> V[0] (every block of a cluster reads the whole vector); padding batches are zero.
     for (int i = threadIdx.x; i < BATCH_TILE * DH; i += THREADS) {
@@ -139,61 +146,70 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
             cp_async_wait_group<STAGES - 2>();  // Wx of step t has landed (visible to all after the next barrier)
             A.multiply(acc, FragmentWordsB{words});
         }
-        reduce_k_split(acc, red + (t & 1) * RED_FLOATS, wm, wk);
-#if WARPS_K == 1
-        __syncthreads();
+        float* partials = red + (t & 1) * RED_FLOATS;
+#if WARPS_K > 1
+        store_partials(acc, partials, wm, wk);
 #endif
-        stage_wx(t + STAGES - 1);  // into the stage of step t-1, which every thread has finished reading
+        __syncthreads();  // the partial sums are stored; every thread has read Wx of step t-1
+        stage_wx(t + STAGES - 1);  // into the stage of step t-1
 #else
         const int cur = t & 1;
         const elem_t* Vc = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
         elem_t* Vn = V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE;
+        float* partials = red;
         stage_wx(t + STAGES - 1);
         A.multiply(acc, SharedVectorB{Vc, k_first});
-        reduce_k_split(acc, red, wm, wk);
+#if WARPS_K > 1
+        store_partials(acc, partials, wm, wk);
+        __syncthreads();
+#endif
 #if VECTOR_BUFFERS == 1
         cluster_barrier();  // every block of the cluster has read the vector before it is overwritten
 #endif
 #endif
 
-        {
+        // The pointwise step of each owned element: one branch per slot (the slot's element is warp-uniform).
 #pragma unroll
-            for (int n = 0; n < N_TILES; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    if (!owns(n, e, wk)) continue;
-                    const int row = (lane >> 2) + 8 * (e >> 1), o = o_warp + row;
-                    const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                    float x[G], s[S], y[S], a[G];
-#pragma unroll
-                    for (int j = 0; j < G; ++j)
-                        x[j] = acc[j][n][e] + bias_r[j][e >> 1] + to_float(wx[(col * G + j) * ROWS + wm * 16 + row]);
-#pragma unroll
-                    for (int k = 0; k < S; ++k) s[k] = st[k][n][e];
-                    cell_forward(x, s, y, a);
-                    const elem_t h_new = from_float<elem_t>(y[0]);
-                    y[0] = to_float(h_new);
-#pragma unroll
-                    for (int k = 0; k < S; ++k) st[k][n][e] = y[k];
-#if FRAGMENT_EXCHANGE
-                    if (t + 1 < T) exchange.publish(t + 1, o, col, h_new);
+        for (int q = 0; q < OWNED_SLOTS; ++q) {
+            int o, h, col;
+            if (!slot_at(q, o, h, col)) continue;
+            const int i = owned_element(q, wk), row = o - o_warp;
+            float sum[M_TILES];
+#if WARPS_K > 1
+            sum_partials(partials, wm, i, sum);
 #else
-                    Vn[col * V_STRIDE + o] = h_new;
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) sum[m] = acc[m][i >> 2][i & 3];  // i is the constant q here
 #endif
-                    // h_t straight from registers: no shared-memory read-back on the step's critical path
-                    if (col < valid_b)
-                        h_out[(size_t)(b0 + col) * h_stride_b + (size_t)t * unit_stride + head * DH + o] = h_new;
-                    if (gates_save != nullptr && col < valid_b) {
-                        const size_t bt = (size_t)(b0 + col) * T + t;
+            float x[G], s[S], y[S], a[G];
 #pragma unroll
-                        for (int j = 0; j < G; ++j)
-                            gates_save[(bt * G + j) * unit_stride + (size_t)head * DH + o] = a[j];
+            for (int j = 0; j < G; ++j)
+                x[j] = sum[j] + (h ? bias_r[j][1] : bias_r[j][0]) + to_float(wx[(col * G + j) * ROWS + wm * 16 + row]);
 #pragma unroll
-                        for (int k = 1; k < S; ++k)
-                            states_save[(((size_t)(k - 1) * B + b0 + col) * (T + 1) + t + 1) * unit_stride +
-                                        (size_t)head * DH + o] = y[k];
-                    }
+            for (int k = 0; k < S; ++k) s[k] = st[k][q];
+            cell_forward(x, s, y, a);
+            const elem_t h_new = from_float<elem_t>(y[0]);
+            y[0] = to_float(h_new);
+#pragma unroll
+            for (int k = 0; k < S; ++k) st[k][q] = y[k];
+#if FRAGMENT_EXCHANGE
+            if (t + 1 < T) exchange.publish(t + 1, o, col, h_new);
+#else
+            Vn[col * V_STRIDE + o] = h_new;
+#endif
+            // h_t straight from registers: no shared-memory read-back on the step's critical path
+            if (col < valid_b)
+                h_out[(size_t)(b0 + col) * h_stride_b + (size_t)t * unit_stride + head * DH + o] = h_new;
+            if (gates_save != nullptr && col < valid_b) {
+                const size_t bt = (size_t)(b0 + col) * T + t;
+#pragma unroll
+                for (int j = 0; j < G; ++j) gates_save[(bt * G + j) * unit_stride + (size_t)head * DH + o] = a[j];
+#pragma unroll
+                for (int k = 1; k < S; ++k) {
+                    const size_t row_bt = ((size_t)(k - 1) * B + b0 + col) * (T + 1) + t + 1;
+                    states_save[row_bt * unit_stride + (size_t)head * DH + o] = y[k];
                 }
+            }
         }
 #if !FRAGMENT_EXCHANGE
         cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
@@ -206,17 +222,12 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     }
 
     // The last states, from the registers of their owners.
-    {
 #pragma unroll
-        for (int n = 0; n < N_TILES; ++n)
+    for (int q = 0; q < OWNED_SLOTS; ++q) {
+        int o, h, col;
+        if (!slot_at(q, o, h, col) || col >= valid_b) continue;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                if (!owns(n, e, wk)) continue;
-                const int o = o_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
-#pragma unroll
-                for (int k = 0; k < S; ++k)
-                    if (col < valid_b)
-                        last_states[((size_t)(k * B + b0 + col) * NH + head) * DH + o] = from_float<elem_t>(st[k][n][e]);
-            }
+        for (int k = 0; k < S; ++k)
+            last_states[((size_t)(k * B + b0 + col) * NH + head) * DH + o] = from_float<elem_t>(st[k][q]);
     }
 }
