@@ -438,9 +438,8 @@ def objective(m: constrint.Model):
     """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and, for chained
     segments, more steps per thread (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16
     chained, 16 steps 14.6 us, 8 steps 16.6 us), then, for the linear scan (WorkModel.prefer_occupancy), more
-    resident blocks per SM (H200, linear_scan [8, 4096,
-    1536] fp32, rows of 4 x 16 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4
-    blocks, 161.3 us)."""
+    resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16 x 4 threads: 4 steps and 4 stages,
+    6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us)."""
     v = m.var
     return (2048 * v("time_ns") + 16 * (64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
                                         + 2 * v("chained") * (16 // v("steps"))) + 16 - v("preferred_occupancy"))
