@@ -55,17 +55,16 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
         return to_float(R[((size_t)(g * NH + head) * DH + o) * DH + u_warp + row]);
     });
 
-    // Gradient w.r.t. each state after the step being processed, starting from the last states' gradient.
-    float dy[S][N_TILES][4];
+    // Gradient w.r.t. each state after the step being processed, by owned slot, starting from the last states'.
+    float dy[S][OWNED_SLOTS];
 #pragma unroll
-    for (int n = 0; n < N_TILES; ++n)
+    for (int q = 0; q < OWNED_SLOTS; ++q) {
+        int row, col;
+        const bool present = owned_slot(q, wk, row, col) && col < valid_b;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int u = u_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
-#pragma unroll
-            for (int k = 0; k < S; ++k)
-                dy[k][n][e] = col < valid_b ? to_float(d_last[((size_t)(k * B + b0 + col) * NH + head) * DH + u]) : 0.f;
-        }
+        for (int k = 0; k < S; ++k)
+            dy[k][q] = present ? to_float(d_last[((size_t)(k * B + b0 + col) * NH + head) * DH + u_warp + row]) : 0.f;
+    }
 
     BackwardStep inputs;
     inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
@@ -82,51 +81,51 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
         float acc[M_TILES][N_TILES][4];
         if (it > 0) {
             A.multiply(acc, SharedVectorB{V + VBUF(cur ^ 1) * BATCH_TILE * V_STRIDE, k_first});
-            reduce_k_split(acc, red, wm, wk);
+#if WARPS_K > 1
+            store_partials(acc, red, wm, wk);
+            __syncthreads();
+#endif
 #if VECTOR_BUFFERS == 1
             cluster_barrier();  // every block of the cluster has read the vector before it is overwritten
 #endif
-        } else {
-#pragma unroll
-            for (int n = 0; n < N_TILES; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[0][n][e] = 0.f;
         }
+        // The recurrent gradient of slot q's element (none at it = 0).
+        auto recurrent = [&](int q) {
+            if (it == 0) return 0.f;
+            float sum[M_TILES];
+            owned_sums(acc, red, wm, q, wk, sum);
+            return sum[0];
+        };
         if (it == T) {
-            {
 #pragma unroll
-                for (int n = 0; n < N_TILES; ++n)
+            for (int q = 0; q < OWNED_SLOTS; ++q) {
+                int row, col;
+                if (!owned_slot(q, wk, row, col) || col >= valid_b) continue;
+                const float rec = recurrent(q);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        if (!owns(n, e, wk)) continue;
-                        const int u = u_warp + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        if (col < valid_b) {
-#pragma unroll
-                            for (int k = 0; k < S; ++k)
-                                d_states[((size_t)(k * B + b0 + col) * NH + head) * DH + u] =
-                                    from_float<elem_t>(dy[k][n][e] + (k == 0 ? acc[0][n][e] : 0.f));
-                        }
-                    }
+                for (int k = 0; k < S; ++k)
+                    d_states[((size_t)(k * B + b0 + col) * NH + head) * DH + u_warp + row] =
+                        from_float<elem_t>(dy[k][q] + (k == 0 ? rec : 0.f));
             }
             break;
         }
         elem_t* Vn = V + VBUF(cur) * BATCH_TILE * V_STRIDE;
+        // The cell's backward step of each owned element: one warp-uniform branch per slot.
 #pragma unroll
-        for (int n = 0; n < N_TILES; ++n)
+        for (int q = 0; q < OWNED_SLOTS; ++q) {
+            int row, col;
+            if (!owned_slot(q, wk, row, col)) continue;
+            const int r = wm * 16 + row;
+            float d[S], dx[G];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                if (!owns(n, e, wk)) continue;
-                const int r = wm * 16 + (lane >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (lane & 3) + (e & 1);
-                float d[S], dx[G];
+            for (int k = 0; k < S; ++k) d[k] = dy[k][q];
+            inputs.step(it % STAGES, r, col, recurrent(q), d, dx);
 #pragma unroll
-                for (int k = 0; k < S; ++k) d[k] = dy[k][n][e];
-                inputs.step(it % STAGES, r, col, acc[0][n][e], d, dx);
+            for (int k = 0; k < S; ++k) dy[k][q] = d[k];
 #pragma unroll
-                for (int k = 0; k < S; ++k) dy[k][n][e] = d[k];
-#pragma unroll
-                for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u_block + r] = from_float<elem_t>(dx[j]);
-                inputs.store_d_gates(t, r, col, dx);
-            }
+            for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u_block + r] = from_float<elem_t>(dx[j]);
+            inputs.store_d_gates(t, r, col, dx);
+        }
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
 #if HEAD_BLOCKS > 1

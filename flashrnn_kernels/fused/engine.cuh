@@ -280,13 +280,20 @@ struct RecurrentA {
 // Accumulator elements (n-tile n, element e) are shared out over the WARPS_K warps of a row group for the
 // pointwise step: element i = 4n + e belongs to warp i % WARPS_K, as its slot i / WARPS_K, and that warp keeps its
 // states for the whole sequence.
-__device__ __forceinline__ bool owns(int n, int e, int wk) { return WARPS_K == 1 || (n * 4 + e) % WARPS_K == wk; }
-
 #define OWNED_SLOTS ((4 * N_TILES + WARPS_K - 1) / WARPS_K)  // elements a warp owns at most
 
 // The element of slot q of warp wk (4 * N_TILES or more: the warp owns no element there). A constant where
 // WARPS_K == 1, so that the slots' loops index registers with constants.
 __device__ __forceinline__ int owned_element(int q, int wk) { return WARPS_K == 1 ? q : wk + q * WARPS_K; }
+
+// Where slot q's element of warp wk sits in its row group's 16 x 8 * N_TILES accumulator tile: `row` (0..15) and
+// batch column `col`; false where the warp owns no element in that slot (the same for the whole warp).
+__device__ __forceinline__ bool owned_slot(int q, int wk, int& row, int& col) {
+    const int i = owned_element(q, wk), e = i & 3, lane = threadIdx.x & 31;
+    row = (lane >> 2) + 8 * (e >> 1);
+    col = (i >> 2) * 8 + 2 * (lane & 3) + (e & 1);
+    return i < 4 * N_TILES;
+}
 
 // Where element i's M_TILES partial sums of warp w of row group wm sit in `red`, laid out [warp][n][e][lane][m]: a
 // warp stores, and an owner loads from each warp, the M_TILES values of an element together (one 16-byte access
@@ -329,21 +336,15 @@ __device__ __forceinline__ void sum_partials(float* red, int wm, int i, float (&
     }
 }
 
-// Sum the WARPS_K partial products of a row group into the warps owning each element, in place (one block barrier).
-__device__ __forceinline__ void reduce_k_split(float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int wk) {
+// The full products of slot q's element of warp wk: summed over the row group's warps from `red` (after
+// store_partials and a block barrier), or the warp's own accumulators where it is the only one (WARPS_K == 1).
+__device__ __forceinline__ void owned_sums(const float (&acc)[M_TILES][N_TILES][4], float* red, int wm, int q, int wk,
+                                           float (&sum)[M_TILES]) {
 #if WARPS_K > 1
-    store_partials(acc, red, wm, wk);
-    __syncthreads();
+    sum_partials(red, wm, owned_element(q, wk), sum);
+#else
 #pragma unroll
-    for (int n = 0; n < N_TILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            if (!owns(n, e, wk)) continue;
-            float sum[M_TILES];
-            sum_partials(red, wm, n * 4 + e, sum);
-#pragma unroll
-            for (int m = 0; m < M_TILES; ++m) acc[m][n][e] = sum[m];
-        }
+    for (int m = 0; m < M_TILES; ++m) sum[m] = acc[m][q >> 2][q & 3];  // q is a constant in the slots' loops
 #endif
 }
 

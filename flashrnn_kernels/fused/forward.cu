@@ -76,11 +76,11 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     // Where slot q's element sits: unit o (half h of the bias rows) and batch column col; false where the warp owns
     // no element in that slot.
     auto slot_at = [&](int q, int& o, int& h, int& col) {
-        const int i = owned_element(q, wk), e = i & 3;
-        h = e >> 1;
-        o = o_warp + (lane >> 2) + 8 * h;
-        col = (i >> 2) * 8 + 2 * (lane & 3) + (e & 1);
-        return i < 4 * N_TILES;
+        int row;
+        const bool mine = owned_slot(q, wk, row, col);
+        h = (owned_element(q, wk) & 3) >> 1;  // row >> 3, as a constant where WARPS_K == 1
+        o = o_warp + row;
+        return mine;
     };
 #pragma unroll
     for (int q = 0; q < OWNED_SLOTS; ++q) {
@@ -173,14 +173,9 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
         for (int q = 0; q < OWNED_SLOTS; ++q) {
             int o, h, col;
             if (!slot_at(q, o, h, col)) continue;
-            const int i = owned_element(q, wk), row = o - o_warp;
+            const int row = o - o_warp;
             float sum[M_TILES];
-#if WARPS_K > 1
-            sum_partials(partials, wm, i, sum);
-#else
-#pragma unroll
-            for (int m = 0; m < M_TILES; ++m) sum[m] = acc[m][i >> 2][i & 3];  // i is the constant q here
-#endif
+            owned_sums(acc, partials, wm, q, wk, sum);
             float x[G], s[S], y[S], a[G];
 #pragma unroll
             for (int j = 0; j < G; ++j)
