@@ -170,7 +170,7 @@ def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Ten
     saved = states_save if states_save.numel() else None
     R, states, h, gates_save = _dense(R, states, h, gates_save)
     grads = backward(R, states, h, gates_save, saved, d_h, d_last, _cell(cell))
-    return tuple(g.contiguous() for g in grads)  # dR comes from an einsum, whose layout may be permuted
+    return tuple(g.contiguous() for g in grads)  # dense outputs whatever a backend returns (a no-op for both)
 
 
 @flashrnn_backward.register_fake

@@ -150,9 +150,15 @@ def fused_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, sta
     _run(config, (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h),
                   _exchange(config, h), B, T), h)
     h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
-    d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
+    # dR[g, n] = sum over (b, t) of d_wx[b, t, g, n]^T h_prev[b, t, n]: one batched GEMM per gate on strided views
+    # of both operands (cuBLAS reads them in place; an einsum would first copy d_wx into a [G, NH, DH, B*T] layout)
+    lhs = d_wx.view(B * T, G, NH, DH).permute(1, 2, 3, 0)  # [G, NH, DH_out, B*T]
+    rhs = h_prev.view(B * T, NH, DH).transpose(0, 1)  # [NH, B*T, DH_in]
+    d_r = torch.empty((G, NH, DH, DH), device=h.device, dtype=h.dtype)
+    for g in range(G):
+        torch.bmm(lhs[g], rhs, out=d_r[g])
     d_b = d_wx.sum(dim=(0, 1), dtype=torch.float32).to(h.dtype)
-    return d_wx, d_r.to(h.dtype), d_b, d_states
+    return d_wx, d_r, d_b, d_states
 
 
 def flashrnn_fused(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str = "lstm") -> tuple[Tensor, Tensor]:
