@@ -16,7 +16,7 @@ requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] an
 `--plans` times the best plan of each carry mode (whole, resident, chained lanes) and their neighbours next to
 the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of a grid
 (results/scan_block_sweep.*); `--thin-sweep` every chained (and resident) block shape of every scan kernel at
-[1, 65536, 64] in fp32 (results/scan_thin_sweep.*).
+[1, 65536, 64] (`--thin-dtypes`, `--thin-directions`; results/scan_thin_sweep.*).
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, WORK_MODELS, carry_p
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+THIN_DTYPES = {**DTYPES, "fp16": torch.float16}
 
 
 def copy_bandwidth() -> float:
@@ -207,12 +208,17 @@ def _thin_data(cell, shape, dtype):
     return tuple(inputs), torch.randn(*shape, device="cuda").to(dtype), h
 
 
-def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dname="fp32") -> list[dict]:
+def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",),
+               directions=("forward", "backward")) -> list[dict]:
     """Every chained block shape of THIN_GRID (at least 2 warps, 16 steps per chunk) for each kernel of THIN_KERNELS
-    of `cells` at [1, 65536, 64], and for cells that offer resident segments every resident one with 2 or 3 stages:
-    each checked against the solver's plan's outputs, then timed (device time, CUDA graph)."""
-    shape, dtype, rows = (1, 65536, 64), DTYPES[dname], []
-    for cell, direction in (k for k in THIN_KERNELS if k[0] in cells):
+    of `cells` and `directions` at [1, 65536, 64] in each dtype of `dnames`, and for cells that offer resident
+    segments every resident one with 2 or 3 stages: each checked against the solver's plan's outputs, then timed
+    (device time, CUDA graph)."""
+    shape, rows = (1, 65536, 64), []
+    kernels = [(cell, direction, dname) for dname in dnames for cell, direction in THIN_KERNELS
+               if cell in cells and direction in directions]
+    for cell, direction, dname in kernels:
+        dtype = THIN_DTYPES[dname]
         inputs, dy, h = _thin_data(cell, shape, dtype)
         extra = {"dy": dy, "h": h} if direction == "backward" else {}
         chosen = device_plan(cell, inputs[0], direction)
@@ -379,6 +385,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--thin-sweep", nargs="?", const="linear,min_gru,min_lstm", metavar="CELLS",
                         help="only the chained / resident block-shape sweep at [1, 65536, 64] of these cells' kernels "
                              "(comma-separated; default all)")
+    parser.add_argument("--thin-dtypes", default="fp32", help="dtypes of --thin-sweep (fp32,bf16,fp16)")
+    parser.add_argument("--thin-directions", default="forward,backward", help="directions of --thin-sweep")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -396,9 +404,11 @@ def main(argv=None) -> list[dict]:
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.thin_sweep:
-        rows = thin_sweep(copy_bw, tuple(args.thin_sweep.split(",")))
+        rows = thin_sweep(copy_bw, tuple(args.thin_sweep.split(",")), tuple(args.thin_dtypes.split(",")),
+                          tuple(args.thin_directions.split(",")))
         print(write_results("scan_thin_sweep", rows,
-                            title="scan kernels at [1, 65536, 64] fp32: chained and resident block shapes",
+                            title=f"scan kernels at [1, 65536, 64] ({args.thin_dtypes}): chained and resident block "
+                                  "shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.sweep:

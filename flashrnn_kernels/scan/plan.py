@@ -127,6 +127,13 @@ class WorkModel:
     chained_step_ns: tuple[int, int]
     """A chained block's lifetime per step each thread handles (its chunk's two passes and the chain of look-backs
     it waits on), forward and backward."""
+    chained_steps: int
+    """Steps per thread a chained block runs best at: it prefers them where the model ties (see `objective`)."""
+    chained_max_rows: int
+    """Thread rows (threads_t) per chained block at most (0: no bound)."""
+    chained_off_ns: int
+    """A chained block's lifetime per halving or doubling of its steps per thread away from chained_steps (the
+    forward; the backward has chained_step_ns)."""
     prefer_occupancy: bool
     """Where the model ties, whether more resident blocks per SM win (see `objective`)."""
     resident: bool
@@ -137,10 +144,12 @@ class WorkModel:
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
                         sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=10, chained_ns=12000,
-                        chained_step_ns=(0, 0), prefer_occupancy=True, resident=True),
+                        chained_step_ns=(0, 0), chained_steps=16, chained_max_rows=0, chained_off_ns=0,
+                        prefer_occupancy=True, resident=True),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
-                         chained_ns=0, chained_step_ns=(0, 3000), prefer_occupancy=False, resident=False),
+                         chained_ns=0, chained_step_ns=(0, 3000), chained_steps=4, chained_max_rows=16,
+                         chained_off_ns=2000, prefer_occupancy=False, resident=False),
 }
 WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T, 1536]).
@@ -165,8 +174,14 @@ with more, narrower lanes (more warps per SM): under the linear scan's model the
 fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). On the thin [1, 65536, 64] (chained segments; `bench_scan.py
 --thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives longer the more steps each thread handles, in the
 backward most: fp32 backward with 2 / 4 / 8 steps per thread 67 / 66 / 93 us (minGRU) and 84 / 98 / 220 us (minLSTM)
-at one chunk per block; chained_step_ns = 3000 backward picks 4 steps there. The forward's times vary less and not
-the same way in fp32 (4 steps best) and bf16 (4 better than 2), so it has no per-step term. Resident segments run
+at one chunk per block; chained_step_ns = 3000 backward picks 4 steps there. The forward runs best at 4 steps per
+thread in both dtypes (H200, 2026-12-01, `--thin-sweep min_gru,min_lstm --thin-dtypes fp32,bf16`: fp32 minGRU 2 / 4
+/ 8 steps at best 45.3 / 40.0 / 45.8 us, minLSTM 50.3 / 47.6 / 67.7; bf16 minGRU 36.8 / 29.5 / -, minLSTM 44.5 /
+37.6 / -), which the waves' model does not see (every shape there streams the same elements per SM and wave), so a
+forward chained block's lifetime grows by chained_off_ns per halving or doubling away from chained_steps (the plans
+of 8 steps had taken 53.7 / 67.7 us). Its thread rows are capped (chained_max_rows): with decays near 1 (minGRU,
+k ~ -12, [2, 20000, 64] fp32) the forward's error against fp64 grew with them, 7.7e-6 / 1.4e-5 / 2.7e-5 at 8 / 16 /
+32 rows of 4 steps, where the sequential fp32 loop's is 0.8-1.3e-5. Resident segments run
 their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and
 backward, bf16 backward), so they are not offered."""
 
@@ -340,6 +355,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     if not work.resident:
         m.add(resident == 0, name="no_resident_segments_for_the_cell")
     m.add(m.any_of([chained == 1, stages >= 2]), name="stages_ahead_unless_chained")
+    if work.chained_max_rows:
+        m.add(m.any_of([chained == 0, tt <= work.chained_max_rows]), name="chained_rows_at_most")
     m.add(m.any_of([chained == 0, stages == 1]), name="chained_stages_one_chunk")
     split = resident + chained  # lanes split into segments
     threads, tile, chunk = td * tt, td * vec, tt * steps
@@ -379,6 +396,11 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(occ * threads >= MIN_RESIDENT_WARPS * gpu.warp_size, name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
+    # how far a chained block's steps per thread are from work.chained_steps: |log2(steps / work.chained_steps)|
+    steps_off = m.int_var(0, len(STEP_CHOICES), "steps_from_preferred")
+    for choice in STEP_CHOICES:
+        m.add(m.any_of([steps != choice, steps_off == abs(choice.bit_length() - work.chained_steps.bit_length())]),
+              name=f"steps_from_preferred_at_{choice}")
 
     # the time model (module docstring)
     bw = gpu.memory_bandwidth // 10**9  # bytes per ns
@@ -419,7 +441,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
         "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt + work.element_ns * steps * vec),
         "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + ROUND_NS
-                                         + work.chained_step_ns[problem.direction == "backward"] * steps),
+                                         + work.chained_step_ns[problem.direction == "backward"] * steps
+                                         + (problem.direction == "forward") * work.chained_off_ns * steps_off),
     }
     wave = m.int_var(1, 10**12, "wave_ns")
     for name, bound in bounds.items():
@@ -436,13 +459,13 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
 
 def objective(m: constrint.Model):
     """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and, for chained
-    segments, more steps per thread (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16
-    chained, 16 steps 14.6 us, 8 steps 16.6 us), then, for the linear scan (WorkModel.prefer_occupancy), more
+    segments, steps per thread nearer WorkModel.chained_steps (measured faster where the model ties: H200, linear_scan
+    [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the linear scan (WorkModel.prefer_occupancy), more
     resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16 x 4 threads: 4 steps and 4 stages,
     6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us)."""
     v = m.var
     return (2048 * v("time_ns") + 16 * (64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
-                                        + 2 * v("chained") * (16 // v("steps"))) + 16 - v("preferred_occupancy"))
+                                        + 4 * v("chained") * v("steps_from_preferred")) + 16 - v("preferred_occupancy"))
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
