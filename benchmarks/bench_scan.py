@@ -198,28 +198,35 @@ THIN_KERNELS = (("linear", "forward"), ("linear", "backward"), ("min_gru", "forw
                 ("min_lstm", "forward"), ("min_lstm", "backward"))
 
 
-def _thin_data(cell, shape, dtype):
-    """(inputs, h0, dy, h) of `cell` at `shape`: random inputs (linear: decays in (0.5, 1)), h from the forward."""
+THIN_DECAYS = {"half": (0.5, 1.0), "near-one": (0.999, 1.0)}
+"""linear_scan decays of the thin sweep, uniform in these bounds: near 1 no look-back ends early (a product of decays
+reaching 0 ends one, as a published final state does)."""
+
+
+def _thin_data(cell, shape, dtype, decays="half"):
+    """(inputs, dy, h) of `cell` at `shape`: random inputs (linear: decays uniform in THIN_DECAYS[decays]), h from
+    the forward."""
     n = 2 if cell != "min_lstm" else 3
     inputs = [torch.randn(*shape, device="cuda").to(dtype) for _ in range(n)]
     if cell == "linear":
-        inputs[0] = (torch.rand(*shape, device="cuda") * 0.5 + 0.5).to(dtype)
+        lo, hi = THIN_DECAYS[decays]
+        inputs[0] = (torch.rand(*shape, device="cuda") * (hi - lo) + lo).to(dtype)
     h = run_scan(cell, "forward", tuple(inputs), None)[0]
     return tuple(inputs), torch.randn(*shape, device="cuda").to(dtype), h
 
 
 def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",),
-               directions=("forward", "backward")) -> list[dict]:
+               directions=("forward", "backward"), decays="half") -> list[dict]:
     """Every chained block shape of THIN_GRID (at least 2 warps, 16 steps per chunk) for each kernel of THIN_KERNELS
-    of `cells` and `directions` at [1, 65536, 64] in each dtype of `dnames`, and for cells that offer resident
-    segments every resident one with 2 or 3 stages: each checked against the solver's plan's outputs, then timed
-    (device time, CUDA graph)."""
+    of `cells` and `directions` at [1, 65536, 64] in each dtype of `dnames` (linear_scan's decays: THIN_DECAYS), and
+    for cells that offer resident segments every resident one with 2 or 3 stages: each checked against the solver's
+    plan's outputs, then timed (device time, CUDA graph)."""
     shape, rows = (1, 65536, 64), []
     kernels = [(cell, direction, dname) for dname in dnames for cell, direction in THIN_KERNELS
                if cell in cells and direction in directions]
     for cell, direction, dname in kernels:
         dtype = THIN_DTYPES[dname]
-        inputs, dy, h = _thin_data(cell, shape, dtype)
+        inputs, dy, h = _thin_data(cell, shape, dtype, decays)
         extra = {"dy": dy, "h": h} if direction == "backward" else {}
         chosen = device_plan(cell, inputs[0], direction)
         gpu = _device_gpu(inputs[0].device.index or 0)
@@ -241,7 +248,8 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
                     continue
                 (_, ms), terr = _time(run)
                 lanes, chunks = trial.d_tiles(shape[2]), trial.chunks(shape[1])
-                rows.append({"cell": cell, "direction": direction, "dtype": dname, **shape_of,
+                rows.append({"cell": cell, "direction": direction, "dtype": dname,
+                             "decays": decays if cell == "linear" else "", **shape_of,
                              "stages": trial.stages, "min_blocks": trial.min_blocks,
                              "blocks": lanes * trial.segments(lanes, chunks), "solver's plan": trial == chosen,
                              "us": 1e3 * ms, "model us": _model_us(trial, gpu),
@@ -387,6 +395,8 @@ def main(argv=None) -> list[dict]:
                              "(comma-separated; default all)")
     parser.add_argument("--thin-dtypes", default="fp32", help="dtypes of --thin-sweep (fp32,bf16,fp16)")
     parser.add_argument("--thin-directions", default="forward,backward", help="directions of --thin-sweep")
+    parser.add_argument("--thin-decays", choices=tuple(THIN_DECAYS), default="half",
+                        help="linear_scan decays of --thin-sweep: uniform in (0.5, 1) or in (0.999, 1)")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -405,10 +415,10 @@ def main(argv=None) -> list[dict]:
         return rows
     if args.thin_sweep:
         rows = thin_sweep(copy_bw, tuple(args.thin_sweep.split(",")), tuple(args.thin_dtypes.split(",")),
-                          tuple(args.thin_directions.split(",")))
-        print(write_results("scan_thin_sweep", rows,
-                            title=f"scan kernels at [1, 65536, 64] ({args.thin_dtypes}): chained and resident block "
-                                  "shapes",
+                          tuple(args.thin_directions.split(",")), args.thin_decays)
+        print(write_results("scan_thin_sweep" + ("" if args.thin_decays == "half" else f"_{args.thin_decays}"), rows,
+                            title=f"scan kernels at [1, 65536, 64] ({args.thin_dtypes}; linear_scan decays "
+                                  f"{THIN_DECAYS[args.thin_decays]}): chained and resident block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.sweep:
@@ -432,8 +442,8 @@ def main(argv=None) -> list[dict]:
 
 def _group_rows(shape, dname, part, copy_bw, quick) -> list[dict]:
     """The rows of one (shape, dtype) and `part`: "ours" (linear_scan and the cells with their unfused, log-space and
-    loop versions) or "accelerated-scan" (its two kernels). Each timing ends with a device synchronisation, so a fault is
-    reported in the row of the implementation that caused it."""
+    loop versions) or "accelerated-scan" (its two kernels). Each timing ends with a device synchronisation, so a fault
+    is reported in the row of the implementation that caused it."""
     if part != "ours":  # the Triton kernel first: the warp kernel's bf16 faults end the process
         return [r for impl in ("accelerated-scan triton", "accelerated-scan warp")
                 for r in bench_linear(shape, dname, copy_bw, impl)]

@@ -460,9 +460,10 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
 def objective(m: constrint.Model):
     """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and, for chained
     segments, steps per thread nearer WorkModel.chained_steps (measured faster where the model ties: H200, linear_scan
-    [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the linear scan (WorkModel.prefer_occupancy), more
-    resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16 x 4 threads: 4 steps and 4 stages,
-    6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us)."""
+    [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the
+    linear scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32,
+    blocks of 16 x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks,
+    161.3 us)."""
     v = m.var
     return (2048 * v("time_ns") + 16 * (64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
                                         + 4 * v("chained") * v("steps_from_preferred")) + 16 - v("preferred_occupancy"))
