@@ -131,9 +131,9 @@ class WorkModel:
     """Steps per thread a chained block runs best at: it prefers them where the model ties (see `objective`)."""
     chained_max_rows: int
     """Thread rows (threads_t) per chained block at most (0: no bound)."""
-    chained_off_ns: int
-    """A chained block's lifetime per halving or doubling of its steps per thread away from chained_steps (the
-    forward; the backward has chained_step_ns)."""
+    chained_off_ns: tuple[int, int]
+    """A chained block's lifetime per halving or doubling of its steps per thread away from chained_steps, forward
+    and backward."""
     prefer_occupancy: bool
     """Where the model ties, whether more resident blocks per SM win (see `objective`)."""
     resident: bool
@@ -144,12 +144,12 @@ class WorkModel:
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
                         sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=10, chained_ns=12000,
-                        chained_step_ns=(0, 0), chained_steps=16, chained_max_rows=0, chained_off_ns=0,
+                        chained_step_ns=(0, 0), chained_steps=16, chained_max_rows=0, chained_off_ns=(0, 0),
                         prefer_occupancy=True, resident=True),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
                          chained_ns=0, chained_step_ns=(0, 3000), chained_steps=4, chained_max_rows=16,
-                         chained_off_ns=2000, prefer_occupancy=False, resident=False),
+                         chained_off_ns=(2000, 0), prefer_occupancy=False, resident=False),
 }
 WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T, 1536]).
@@ -432,6 +432,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
     in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
+    backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
     # each bound on a wave's time, rounded up to whole ns; the wave takes the largest (so every variable of the
     # model is fixed by the block shape, and the search only branches on that)
     bounds = {
@@ -441,8 +442,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
         "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt + work.element_ns * steps * vec),
         "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + ROUND_NS
-                                         + work.chained_step_ns[problem.direction == "backward"] * steps
-                                         + (problem.direction == "forward") * work.chained_off_ns * steps_off),
+                                         + work.chained_step_ns[backward] * steps
+                                         + work.chained_off_ns[backward] * steps_off),
     }
     wave = m.int_var(1, 10**12, "wave_ns")
     for name, bound in bounds.items():
