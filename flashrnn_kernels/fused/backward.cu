@@ -124,12 +124,14 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
             for (int k = 0; k < S; ++k) dy[k][q] = d[k];
 #pragma unroll
             for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u_block + r] = from_float<elem_t>(dx[j]);
-            inputs.store_d_gates(t, r, col, dx);
         }
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
 #if HEAD_BLOCKS > 1
         exchange.push(Vn, it);
+#endif
+        inputs.store_d_gates(t, Vn + u_block, V_STRIDE, DH);  // the block's slice stays put until its next writes
+#if HEAD_BLOCKS > 1
         exchange.wait(Vn, it);
 #endif
     }

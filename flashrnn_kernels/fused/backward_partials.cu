@@ -146,10 +146,10 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     const int source = rank * WARPS_M + wm;
 
     // Iteration `it` processes step t = T-1-it with the recurrent gradient summed from fill it-1 (none at it = 0);
-    // iteration T only adds it to the initial state's gradient.
+    // iteration T only adds it to the initial state's gradient. What does not feed the next fill (staging inputs,
+    // writing the gate gradients) is issued after this block's partial sums, while their round trip runs.
     for (int it = 0; it <= T; ++it) {
         const int t = T - 1 - it;
-        inputs.stage_iteration(it + STAGES - 1);
 #pragma unroll
         for (int j = 0; j < ELEMS; ++j) {
             const int i = threadIdx.x + j * THREADS, r = i % ROWS, col = i / ROWS;
@@ -170,53 +170,65 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
             inputs.step(it % STAGES, r, col, dh_rec, dy[j], dx);
 #pragma unroll
             for (int g = 0; g < G; ++g) dxs[col * DX_STRIDE + g * ROWS + r] = from_float<elem_t>(dx[g]);
-            inputs.store_d_gates(t, r, col, dx);
         }
         if (it == T) break;
         __syncthreads();  // dx complete
 
-        // This warp's partial sums of R^T dx to the owners of their units.
+        // This warp's partial sums of R^T dx to the owners of their units. Tile i holds the 16 units from
+        // k_first + 16 i (group g0 + i), all of one owner (ROWS is a multiple of 16); a lane stores units
+        // lane / 4 and lane / 4 + 8 of it.
         float acc[T_TILES][N_TILES][4];
         multiply_transposed(acc, A, dxs, wm);
         const u32 tag = (u32)(it + 1) & 3u;
         u32* fill = slots + (it & 1) * SLOT;
+        const int g0 = k_first / 16, owner0 = g0 / WARPS_M, r00 = (g0 - owner0 * WARPS_M) * 16;
+        u32* const p0 = fill + ((owner0 * SOURCES + source) * ROWS + r00) * BATCH_TILE + (lane >> 2) * BATCH_TILE +
+                        2 * (lane & 3);
 #pragma unroll
-        for (int i = 0; i < T_TILES; ++i)
+        for (int i = 0; i < T_TILES; ++i) {
+            const int owner = (g0 + i) / WARPS_M, r0 = (g0 + i - owner * WARPS_M) * 16;
+            u32* p = p0 + ((owner - owner0) * SOURCES * ROWS + r0 - r00) * BATCH_TILE;  // i * a constant: WARPS_M 1
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {  // elements e = 2h, 2h + 1: batch columns col, col + 1 of unit u
-                    const int u = k_first + i * 16 + (lane >> 2) + 8 * h, col = n * 8 + 2 * (lane & 3);
-                    const int owner = u / ROWS, r = u - owner * ROWS;
-                    store_tagged2(fill + (((size_t)owner * SOURCES + source) * ROWS + r) * BATCH_TILE + col,
-                                  acc[i][n][2 * h], acc[i][n][2 * h + 1], tag);
-                }
+                for (int h = 0; h < 2; ++h)  // elements 2h, 2h + 1: batch columns col, col + 1 of unit g + 8h
+                    store_tagged2(p + 8 * h * BATCH_TILE + n * 8, acc[i][n][2 * h], acc[i][n][2 * h + 1], tag);
+        }
 
-        // Every source's partial sums of this block's units, as they arrive.
-        const u32* share = fill + (size_t)rank * SOURCES * BATCH_TILE * ROWS;
+        // Every source's partial sums of this block's units, as they arrive: each round issues its loads together,
+        // then reloads the stale ones until all carry the fill's tag. The first round's loads are in flight while
+        // the next inputs are staged and this step's gate gradients written.
+        const u32* share = fill + (size_t)rank * SOURCES * BATCH_TILE * ROWS + 4 * threadIdx.x;
         float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 1
+#pragma unroll
         for (int q0 = 0; q0 < QUADS; q0 += EXCHANGE_LOADS * THREADS) {
+            auto present = [&](int l) {  // a constant except in a load that ends past the share
+                return q0 + l * THREADS < QUADS &&
+                       (q0 + (l + 1) * THREADS <= QUADS || q0 + l * THREADS + (int)threadIdx.x < QUADS);
+            };
             uint4 w[EXCHANGE_LOADS];
-            u32 stale = 0;  // bit l: load l is still to be read
 #pragma unroll
             for (int l = 0; l < EXCHANGE_LOADS; ++l)
-                if (q0 + l * THREADS + (int)threadIdx.x < QUADS) stale |= 1u << l;
-            while (stale != 0) {
+                if (present(l)) w[l] = load_quad_relaxed(share + 4 * (q0 + l * THREADS));
+            if (q0 == 0) {
+                inputs.stage_iteration(it + STAGES - 1);
+                inputs.store_d_gates(t, dxs, DX_STRIDE, ROWS);
+            }
+            while (true) {
+                bool all = true;
 #pragma unroll
                 for (int l = 0; l < EXCHANGE_LOADS; ++l)
-                    if (stale & (1u << l)) w[l] = load_quad_relaxed(share + 4 * (q0 + l * THREADS + (int)threadIdx.x));
+                    if (present(l)) all &= tagged(w[l], tag);
+                if (all) break;
 #pragma unroll
                 for (int l = 0; l < EXCHANGE_LOADS; ++l)
-                    if ((stale & (1u << l)) && tagged(w[l], tag)) stale &= ~(1u << l);
+                    if (present(l) && !tagged(w[l], tag)) w[l] = load_quad_relaxed(share + 4 * (q0 + l * THREADS));
             }
 #pragma unroll
             for (int l = 0; l < EXCHANGE_LOADS; ++l) {
-                const int q = q0 + l * THREADS + (int)threadIdx.x;
-                if (q >= QUADS) continue;
-                const float4 v = make_float4(__uint_as_float(w[l].x & ~3u), __uint_as_float(w[l].y & ~3u),
-                                             __uint_as_float(w[l].z & ~3u), __uint_as_float(w[l].w & ~3u));
-                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+                if (!present(l)) continue;
+                sum.x += __uint_as_float(w[l].x & ~3u); sum.y += __uint_as_float(w[l].y & ~3u);
+                sum.z += __uint_as_float(w[l].z & ~3u); sum.w += __uint_as_float(w[l].w & ~3u);
             }
         }
         if (threadIdx.x < PARTS * QPS) reinterpret_cast<float4*>(recv)[threadIdx.x] = sum;

@@ -103,13 +103,22 @@ struct BackwardStep {
         for (int k = 0; k < S; ++k) dy[k] = ds[k];
     }
 
-    // Write the gate gradients of step t, unit r, batch column col (dropped past the batch).
-    __device__ __forceinline__ void store_d_gates(int t, int r, int col, const float (&dx)[GATES]) const {
-        if (col < valid_b) {
-            const size_t bt = (size_t)(b0 + col) * T + t;
+    // Write the gate gradients of step t from shared memory, where the block's element (batch column col, gate g,
+    // unit r) sits at dx[col * row_stride + g * gate_stride + r]: 16-byte runs of units, spread over every thread
+    // (columns past the batch are dropped). Call after the block barrier that follows their writes.
+    __device__ __forceinline__ void store_d_gates(int t, const elem_t* dx, int row_stride, int gate_stride) const {
+        constexpr int VEC = 16 / (int)sizeof(elem_t), CHUNKS = ROWS_PER_BLOCK / VEC, PER_COL = GATES * CHUNKS;
+        constexpr int TOTAL = BATCH_TILE * PER_COL;
+        static_assert(ROWS_PER_BLOCK % VEC == 0, "a block's units are whole 16-byte runs");
 #pragma unroll
-            for (int j = 0; j < GATES; ++j)
-                d_gates[(bt * GATES + j) * unit_stride + col0 + r] = from_float<elem_t>(dx[j]);
+        for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
+            const int i = i0 + (int)threadIdx.x, col = i / PER_COL, rest = i - col * PER_COL, g = rest / CHUNKS;
+            const int c = rest - g * CHUNKS;
+            if ((TOTAL % THREADS == 0 || i < TOTAL) && col < valid_b) {
+                const uint4 v = *reinterpret_cast<const uint4*>(dx + col * row_stride + g * gate_stride + c * VEC);
+                *reinterpret_cast<uint4*>(d_gates + (((size_t)(b0 + col) * T + t) * GATES + g) * unit_stride + col0 +
+                                          c * VEC) = v;
+            }
         }
     }
 };
