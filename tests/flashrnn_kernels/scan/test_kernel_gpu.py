@@ -112,6 +112,38 @@ def test_decays_near_zero_and_one_stay_finite(bias):
            tol=lambda inputs, h0: max(TOL[torch.float32], 2 * _fp32_loop_error(inputs, h0)))
 
 
+def _linear_loop_error(a, b, h0) -> float:
+    """The error of the sequential fp32 loop h = a h + b against the fp64 scan of the same fp32 inputs."""
+    a, b, h0 = (t.detach().double().cpu() for t in (a, b, h0))
+    exact = reference.linear_scan_chunked(a, b, h0, chunk_len=512)
+    a32, b32, h = a.float(), b.float(), h0.float()
+    loop = torch.empty_like(a32)
+    for t in range(a32.shape[1]):
+        h = a32[:, t] * h + b32[:, t]
+        loop[:, t] = h
+    return relative_error(loop, exact)
+
+
+def test_linear_lookback_without_early_end():
+    """Decays in (0.999, 1) over [1, 65537, 64] (one lane split into segments): no look-back ends early, so each
+    segment composes all its predecessors' maps, round after round, down to segment 0. h and dL/db (the reverse scan
+    dh_t = dy_t + a_{t+1} dh_{t+1}) within 1e-5 or twice the sequential fp32 loop's error on the same inputs."""
+    B, T, D = 1, 65537, 64
+    a = (1.0 - 1e-3 * torch.rand(B, T, D, device="cuda")).requires_grad_()
+    b = torch.randn(B, T, D, device="cuda").requires_grad_()
+    h0 = torch.rand(B, D, device="cuda") + 0.1
+    dy = torch.randn(B, T, D, device="cuda")
+    h = linear_scan(a, b, h0)
+    (db,) = torch.autograd.grad(h, [b], dy)
+    exact = reference.linear_scan_chunked(a.detach().double(), b.detach().double(), h0.double(), chunk_len=512)
+    assert relative_error(h, exact) <= max(TOL[torch.float32], 2 * _linear_loop_error(a, b, h0))
+    # dh as the forward scan of the reversed sequence: decays a_{t+1} (none at t = T - 1), inputs dy
+    ar = torch.cat([torch.zeros_like(a[:, :1]), a.detach().flip(1)[:, :-1]], dim=1)
+    dyr, zero = dy.flip(1), torch.zeros(B, D, device="cuda")
+    exact_db = reference.linear_scan_chunked(ar.double(), dyr.double(), zero.double(), chunk_len=512).flip(1)
+    assert relative_error(db, exact_db) <= max(TOL[torch.float32], 2 * _linear_loop_error(ar, dyr, zero))
+
+
 def test_parallel_and_sequential_forms_agree_with_h0():
     k, hp = (torch.randn(2, 300, 64, device="cuda", dtype=torch.float64) for _ in range(2))
     h0 = torch.rand(2, 64, device="cuda", dtype=torch.float64) + 0.1
