@@ -88,12 +88,10 @@ def test_fp16_and_non_tile_multiple_hidden_size():
     _check("min_lstm", torch.float16, 2, 1000, 500, False)
 
 
-def _fp32_loop_error(inputs, h0) -> float:
-    """The error of the plain sequential loop in fp32 (h = a h + b step by step, gates rounded to fp32) against the
-    fp64 scan: what fp32 arithmetic itself gives on these inputs. With a = 1 - 6e-6 the spacing of fp32 near 1 is 1%
-    of 1 - a, and 20,000 steps of long memory accumulate the rounding."""
-    k, h_pre, h0 = (t.detach().double().cpu() for t in (*inputs, h0))
-    a, b = reference.min_gru_gates(k, h_pre)
+def _linear_loop_error(a, b, h0) -> float:
+    """The error of the plain sequential loop in fp32 (h = a h + b step by step, inputs rounded to fp32) against the
+    fp64 scan of the same inputs: what fp32 arithmetic itself gives on them."""
+    a, b, h0 = (t.detach().double().cpu() for t in (a, b, h0))
     exact = reference.linear_scan_chunked(a, b, h0, chunk_len=512)
     a32, b32, h = a.float(), b.float(), h0.float()
     loop = torch.empty_like(a32)
@@ -101,6 +99,13 @@ def _fp32_loop_error(inputs, h0) -> float:
         h = a32[:, t] * h + b32[:, t]
         loop[:, t] = h
     return relative_error(loop, exact)
+
+
+def _fp32_loop_error(inputs, h0) -> float:
+    """`_linear_loop_error` of min_gru's gates (computed in fp64). With a = 1 - 6e-6 the spacing of fp32 near 1 is 1%
+    of 1 - a, and 20,000 steps of long memory accumulate the rounding."""
+    k, h_pre = (t.detach().double().cpu() for t in inputs)
+    return _linear_loop_error(*reference.min_gru_gates(k, h_pre), h0)
 
 
 @pytest.mark.parametrize("bias", [-12.0, 12.0])
@@ -110,18 +115,6 @@ def test_decays_near_zero_and_one_stay_finite(bias):
     associates the products differently: rounding of the same order, not the same rounding)."""
     _check("min_gru", torch.float32, 2, 20000, 64, True, scale=(0.1, bias),
            tol=lambda inputs, h0: max(TOL[torch.float32], 2 * _fp32_loop_error(inputs, h0)))
-
-
-def _linear_loop_error(a, b, h0) -> float:
-    """The error of the sequential fp32 loop h = a h + b against the fp64 scan of the same fp32 inputs."""
-    a, b, h0 = (t.detach().double().cpu() for t in (a, b, h0))
-    exact = reference.linear_scan_chunked(a, b, h0, chunk_len=512)
-    a32, b32, h = a.float(), b.float(), h0.float()
-    loop = torch.empty_like(a32)
-    for t in range(a32.shape[1]):
-        h = a32[:, t] * h + b32[:, t]
-        loop[:, t] = h
-    return relative_error(loop, exact)
 
 
 def test_linear_lookback_without_early_end():
