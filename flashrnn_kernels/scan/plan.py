@@ -23,8 +23,10 @@ WorkModel.sm_share times that SM's even share), the bytes through the SM per byt
 chunks, a chained block's one chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element), and
 a chained block's lifetime (its load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per
 step of a thread). A chained launch adds WorkModel.chained_ns. A resident segment streams its inputs twice (pass A,
-then pass B with the outputs); the second read comes from L2 when all inputs fit in half of it, else from DRAM; and
-its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors.
+then pass B with the outputs); the second read comes from L2 when all inputs fit in three quarters of it, else from
+DRAM; its phase 2 adds ROW_CHAIN_NS per thread row and chunk of each pass; and its look-back adds LOOKBACK_NS plus
+ROUND_NS per round of threads_t predecessors. The resident constants were fitted side by side on the H200
+(results/scan_resident_model_ab.md: 128 problems whose plans they changed, 0.91x the time in geometric mean).
 """
 from __future__ import annotations
 
@@ -67,8 +69,34 @@ LOOKBACK_NS = 1500
 """A resident segment's look-back, besides its rounds: the wait for the last predecessor's map (the segments' pass
 A times differ), publishing, two barriers."""
 
-ROUND_NS = 800
-"""One look-back round: each thread row loads one predecessor's word pairs (an L2 round trip), one barrier."""
+ROUND_NS = 100
+"""One round of a resident segment's look-back: each thread row loads one predecessor's word pairs (an L2 round
+trip), one barrier. On the H200 (linear_scan [1, 65536, 64] fp32, decays in (0.999, 1), where every look-back runs to
+segment 0) rounds took 70-145 ns: against decays in (0.5, 1), whose look-backs end after one round, 33 rounds added
+2.2 us (blocks of 16 x 8 threads, 16 steps), 99 rounds 7.8 us (16 x 4) and 50 rounds 7.2 us (8 x 8, 8 steps)."""
+
+ROW_CHAIN_NS = 10
+"""A resident segment's phase 2 per thread row and chunk of each pass, which its streaming does not hide: on the H200
+(linear_scan [1, 65536, 64] fp32 forward, 4 chunks per segment) blocks of 32 rows took 2.3-2.8 us longer than the
+time model without it, blocks of 16 rows 0.7-1.6 us, blocks of 8 rows -0.3-0 us. With it the plan there went from
+8 x 32 threads, 8 steps (19.05 us) to 8 x 16, 16 steps (16.55 us)."""
+
+L2_REREAD_SHARE = (3, 4)
+"""A resident segment's second read of its inputs comes from L2 when all inputs fit in this share of it: on the H200
+(60 MiB of L2) the 33.5 MB of fp32 inputs of linear_scan [1, 65536, 64] streamed as fast whether pass B read 4 chunks
+of a segment again or 1 (results/scan_resident_keep_staged_ab.md)."""
+
+RESIDENT_BACKWARD_MAX_STEPS = 8
+RESIDENT_BACKWARD_MIN_ROWS = 8
+"""Steps per thread at most and thread rows at least in a resident segment of the linear scan's backward, whose
+rescan loads its inputs and states from memory step by step. On the H200, at 16 steps (180 registers) it ran 1.2-1.9x
+slower than at 8 (linear_scan [1, 65536, 64] backward, fp32 66-93 us against 45-58 us, bf16 44-52 us against 25-28
+us); blocks of 4 rows took 1.6-1.9x as long as blocks of 32 (fp32 [8, 256, 500] and [8, 1024, 500]; the plans of 8
+rows there, 64 x 8 threads of 4 steps, still take 1.25-1.55x as long as the 8 x 32 of 8 steps that the model before
+ROW_CHAIN_NS chose)."""
+
+CHAINED_ROUND_NS = 800
+"""A chained block's look-back within its lifetime: the wait for its nearest predecessor's words, one barrier."""
 
 WORD_BYTES = 16
 """A segment publishes two 8-byte words per channel (its map's a and b, or its final state): written back to DRAM."""
@@ -85,7 +113,13 @@ MIN_CHUNK = 16
 """Steps per chunk at least: shorter chunks spend more on their barriers and phase 2 than on their data."""
 
 MIN_RESIDENT_WARPS = 8
-"""Warps resident per SM at least, so that one block's phases overlap another's."""
+"""Warps resident per SM at least, so that one block's phases overlap another's (MIN_SEGMENT_WARPS for resident
+segments)."""
+
+MIN_SEGMENT_WARPS = 4
+"""Warps resident per SM at least for resident segments: their blocks of 2 and 4 warps, 1-3 per SM, streamed
+linear_scan [1, 65536, 64] faster than blocks of 8 warps (H200, fp32 forward, decays in (0.5, 1): 8 x 16 threads,
+16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us)."""
 
 STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (1, 2, 3, 4)
@@ -184,6 +218,11 @@ k ~ -12, [2, 20000, 64] fp32) the forward's error against fp64 grew with them, 7
 32 rows of 4 steps, where the sequential fp32 loop's is 0.8-1.3e-5. Resident segments run
 their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and
 backward, bf16 backward), so they are not offered."""
+
+
+def min_resident_warps(carry: str) -> int:
+    """Warps resident per SM at least for plans of `carry` (MIN_RESIDENT_WARPS, MIN_SEGMENT_WARPS)."""
+    return MIN_SEGMENT_WARPS if carry == "resident" else MIN_RESIDENT_WARPS
 
 
 def linear_register_need(steps):
@@ -393,7 +432,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([occ == min(16, gpu.max_blocks_per_sm), (occ + 1) * threads > gpu.max_threads_per_sm,
                     (occ + 1) * threads > parts * reg_warps * gpu.warp_size, (occ + 1) * smem > gpu.smem_per_sm]),
           name="occupancy_is_the_most_that_fits")
-    m.add(occ * threads >= MIN_RESIDENT_WARPS * gpu.warp_size, name="resident_warps")
+    m.add(occ * threads >= (MIN_RESIDENT_WARPS - (MIN_RESIDENT_WARPS - MIN_SEGMENT_WARPS) * resident)
+          * gpu.warp_size, name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
     # how far a chained block's steps per thread are from work.chained_steps: |log2(steps / work.chained_steps)|
@@ -426,13 +466,17 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     if work.whole_row_bytes and dim * esize >= work.whole_row_bytes:
         m.add(m.any_of([split == 1, tile * esize == work.whole_row_bytes]), name="whole_lane_row_bytes")
     seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
-    reread = 0 if B * T * dim * inputs * esize <= gpu.l2_bytes // 2 else inputs * esize
+    in_l2 = B * T * dim * inputs * esize * L2_REREAD_SHARE[1] <= gpu.l2_bytes * L2_REREAD_SHARE[0]
+    reread = 0 if in_l2 else inputs * esize
     dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
     sm_per_elem = problem.traffic_elements * esize + resident * inputs * esize  # bytes through the SM
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
     in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
     backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
+    if problem.cell == "linear" and backward:
+        m.add(m.any_of([resident == 0, steps <= RESIDENT_BACKWARD_MAX_STEPS]), name="resident_backward_steps")
+        m.add(m.any_of([resident == 0, tt >= RESIDENT_BACKWARD_MIN_ROWS]), name="resident_backward_rows")
     # each bound on a wave's time, rounded up to whole ns; the wave takes the largest (so every variable of the
     # model is fixed by the block shape, and the search only branches on that)
     bounds = {
@@ -441,7 +485,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
                                    bw * work.sm_share[0]),
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
         "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt + work.element_ns * steps * vec),
-        "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + ROUND_NS
+        "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + CHAINED_ROUND_NS
                                          + work.chained_step_ns[backward] * steps
                                          + work.chained_off_ns[backward] * steps_off),
     }
@@ -453,7 +497,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
-    m.add(time == waves * wave + resident * LOOKBACK_NS + rounds * ROUND_NS + chained * work.chained_ns,
+    m.add(time == waves * wave + resident * (LOOKBACK_NS + 2 * seg_chunks * tt * ROW_CHAIN_NS) + rounds * ROUND_NS
+          + chained * work.chained_ns,
           name="time_definition")
     return m
 
