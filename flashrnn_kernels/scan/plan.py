@@ -24,9 +24,10 @@ chunks, a chained block's one chunk) per LATENCY_NS, its chunks' work (WorkModel
 a chained block's lifetime (its load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per
 step of a thread). A chained launch adds WorkModel.chained_ns. A resident segment streams its inputs twice (pass A,
 then pass B with the outputs); the second read comes from L2 when all inputs fit in three quarters of it, else from
-DRAM; its phase 2 adds ROW_CHAIN_NS per thread row and chunk of each pass; and its look-back adds LOOKBACK_NS plus
-ROUND_NS per round of threads_t predecessors. The resident constants were fitted side by side on the H200
-(results/scan_resident_model_ab.md: 128 problems whose plans they changed, 0.91x the time in geometric mean).
+DRAM; where its lane has several segments, its phase 2 adds ROW_CHAIN_NS per thread row and chunk of each pass; and
+its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors. The resident constants were fitted
+side by side on the H200 (results/scan_resident_model_ab.md: 128 problems whose plans they changed, 0.905x the time in
+geometric mean).
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ segment 0) rounds took 70-145 ns: against decays in (0.5, 1), whose look-backs e
 2.2 us (blocks of 16 x 8 threads, 16 steps), 99 rounds 7.8 us (16 x 4) and 50 rounds 7.2 us (8 x 8, 8 steps)."""
 
 ROW_CHAIN_NS = 10
-"""A resident segment's phase 2 per thread row and chunk of each pass, which its streaming does not hide: on the H200
+"""A resident segment's phase 2 per thread row and chunk of each pass, which its streaming does not hide (where its
+lane has several segments; a lane of one segment walks its chunks once, as a whole lane does): on the H200
 (linear_scan [1, 65536, 64] fp32 forward, 4 chunks per segment) blocks of 32 rows took 2.3-2.8 us longer than the
 time model without it, blocks of 16 rows 0.7-1.6 us, blocks of 8 rows -0.3-0 us. With it the plan there went from
 8 x 32 threads, 8 steps (19.05 us) to 8 x 16, 16 steps (16.55 us)."""
@@ -91,9 +93,8 @@ RESIDENT_BACKWARD_MIN_ROWS = 8
 """Steps per thread at most and thread rows at least in a resident segment of the linear scan's backward, whose
 rescan loads its inputs and states from memory step by step. On the H200, at 16 steps (180 registers) it ran 1.2-1.9x
 slower than at 8 (linear_scan [1, 65536, 64] backward, fp32 66-93 us against 45-58 us, bf16 44-52 us against 25-28
-us); blocks of 4 rows took 1.6-1.9x as long as blocks of 32 (fp32 [8, 256, 500] and [8, 1024, 500]; the plans of 8
-rows there, 64 x 8 threads of 4 steps, still take 1.25-1.55x as long as the 8 x 32 of 8 steps that the model before
-ROW_CHAIN_NS chose)."""
+us); blocks of 4 rows took 1.6-1.9x as long as blocks of 32 (fp32 [8, 256, 500] and [8, 1024, 500]) and blocks of 8
+rows 1.25-1.55x (64 x 8 threads of 4 steps)."""
 
 CHAINED_ROUND_NS = 800
 """A chained block's look-back within its lifetime: the wait for its nearest predecessor's words, one barrier."""
@@ -117,9 +118,11 @@ MIN_RESIDENT_WARPS = 8
 segments)."""
 
 MIN_SEGMENT_WARPS = 4
-"""Warps resident per SM at least for resident segments: their blocks of 2 and 4 warps, 1-3 per SM, streamed
-linear_scan [1, 65536, 64] faster than blocks of 8 warps (H200, fp32 forward, decays in (0.5, 1): 8 x 16 threads,
-16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us)."""
+"""Warps resident per SM at least for the forward's resident segments: their blocks of 2 and 4 warps, 1-3 per SM,
+streamed linear_scan [1, 65536, 64] faster than blocks of 8 warps (H200, fp32 forward, decays in (0.5, 1): 8 x 16
+threads, 16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us). The backward,
+whose rescan loads its inputs and states step by step, keeps MIN_RESIDENT_WARPS: fp32 [8, 1024, 500] took 57.1 us
+with one block of 4 warps per SM (8 x 16 threads, 8 steps, 4 stages), 43.1 us with one of 8 (8 x 32, 4 steps)."""
 
 STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (1, 2, 3, 4)
@@ -220,9 +223,9 @@ their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for th
 backward, bf16 backward), so they are not offered."""
 
 
-def min_resident_warps(carry: str) -> int:
-    """Warps resident per SM at least for plans of `carry` (MIN_RESIDENT_WARPS, MIN_SEGMENT_WARPS)."""
-    return MIN_SEGMENT_WARPS if carry == "resident" else MIN_RESIDENT_WARPS
+def min_resident_warps(carry: str, direction: str) -> int:
+    """Warps resident per SM at least for plans of `carry` in `direction` (MIN_RESIDENT_WARPS, MIN_SEGMENT_WARPS)."""
+    return MIN_SEGMENT_WARPS if carry == "resident" and direction == "forward" else MIN_RESIDENT_WARPS
 
 
 def linear_register_need(steps):
@@ -432,7 +435,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([occ == min(16, gpu.max_blocks_per_sm), (occ + 1) * threads > gpu.max_threads_per_sm,
                     (occ + 1) * threads > parts * reg_warps * gpu.warp_size, (occ + 1) * smem > gpu.smem_per_sm]),
           name="occupancy_is_the_most_that_fits")
-    m.add(occ * threads >= (MIN_RESIDENT_WARPS - (MIN_RESIDENT_WARPS - MIN_SEGMENT_WARPS) * resident)
+    fewer_warps = resident if problem.direction == "forward" else 0  # (MIN_SEGMENT_WARPS)
+    m.add(occ * threads >= (MIN_RESIDENT_WARPS - (MIN_RESIDENT_WARPS - MIN_SEGMENT_WARPS) * fewer_warps)
           * gpu.warp_size, name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
@@ -449,6 +453,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     chunks = _ceil_count(m, T, chunk, T, "chunks")
     segments = m.int_var(1, T, "segments")  # per lane, as `ScanPlan.segments` chooses them at launch
     m.add(segments <= 1 + split * T, name="one_segment_for_whole_lanes")
+    looked_back = m.int_var(0, 1, "segments_look_back")  # more than one segment: pass A, look-back, pass B
+    m.add(segments <= 1 + looked_back * T, name="segments_look_back_if_several")
+    m.add(segments >= 1 + looked_back, name="segments_look_back_only_if_several")
     m.add(m.any_of([resident == 0, segments * lanes <= slots]), name="segments_resident")
     m.add(m.any_of([resident == 0, segments == chunks, (segments + 1) * lanes > slots]),
           name="segments_as_many_as_fit")
@@ -497,7 +504,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
-    m.add(time == waves * wave + resident * (LOOKBACK_NS + 2 * seg_chunks * tt * ROW_CHAIN_NS) + rounds * ROUND_NS
+    m.add(time == waves * wave + resident * LOOKBACK_NS + looked_back * resident * 2 * seg_chunks * tt * ROW_CHAIN_NS
+          + rounds * ROUND_NS
           + chained * work.chained_ns,
           name="time_definition")
     return m

@@ -44,7 +44,7 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         need = register_need(p.problem, p.steps, p.vec)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes + p.stage_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 1
-        assert p.min_blocks * p.threads >= min_resident_warps(p.carry) * gpu.warp_size
+        assert p.min_blocks * p.threads >= min_resident_warps(p.carry, p.problem.direction) * gpu.warp_size
         # the register cap the launch bounds give ptxas covers the need, and is the plan's estimate
         assert p.regs_estimate == register_cap(gpu, p.threads, p.min_blocks) >= need
         assert p.regs_estimate * p.threads * p.min_blocks <= gpu.regs_per_sm
@@ -129,7 +129,7 @@ def test_tiny_hidden_sizes_have_plans():
     for problem in _problems(dims=(1, 2, 3, 8, 12), shapes=((2, 6), (1, 65536))):
         p = plan(problem, gpu)
         assert p.tile <= problem.hidden_dim
-        assert p.min_blocks * p.threads >= min_resident_warps(p.carry) * gpu.warp_size
+        assert p.min_blocks * p.threads >= min_resident_warps(p.carry, p.problem.direction) * gpu.warp_size
 
 
 def test_buckets_round_up_to_powers_of_two():
