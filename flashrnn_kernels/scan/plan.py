@@ -114,8 +114,8 @@ MIN_CHUNK = 16
 """Steps per chunk at least: shorter chunks spend more on their barriers and phase 2 than on their data."""
 
 MIN_RESIDENT_WARPS = 8
-"""Warps resident per SM at least, so that one block's phases overlap another's (MIN_SEGMENT_WARPS for resident
-segments)."""
+"""Warps resident per SM at least, so that one block's phases overlap another's (MIN_SEGMENT_WARPS for the forward's
+resident segments)."""
 
 MIN_SEGMENT_WARPS = 4
 """Warps resident per SM at least for the forward's resident segments: their blocks of 2 and 4 warps, 1-3 per SM,
@@ -435,9 +435,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([occ == min(16, gpu.max_blocks_per_sm), (occ + 1) * threads > gpu.max_threads_per_sm,
                     (occ + 1) * threads > parts * reg_warps * gpu.warp_size, (occ + 1) * smem > gpu.smem_per_sm]),
           name="occupancy_is_the_most_that_fits")
-    fewer_warps = resident if problem.direction == "forward" else 0  # (MIN_SEGMENT_WARPS)
-    m.add(occ * threads >= (MIN_RESIDENT_WARPS - (MIN_RESIDENT_WARPS - MIN_SEGMENT_WARPS) * fewer_warps)
-          * gpu.warp_size, name="resident_warps")
+    segment_warps = min_resident_warps("resident", problem.direction)
+    m.add(occ * threads >= (MIN_RESIDENT_WARPS - (MIN_RESIDENT_WARPS - segment_warps) * resident) * gpu.warp_size,
+          name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
     # how far a chained block's steps per thread are from work.chained_steps: |log2(steps / work.chained_steps)|
@@ -481,7 +481,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
     backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
-    if problem.cell == "linear" and backward:
+    if backward:  # resident segments are the linear scan's only
         m.add(m.any_of([resident == 0, steps <= RESIDENT_BACKWARD_MAX_STEPS]), name="resident_backward_steps")
         m.add(m.any_of([resident == 0, tt >= RESIDENT_BACKWARD_MIN_ROWS]), name="resident_backward_rows")
     # each bound on a wave's time, rounded up to whole ns; the wave takes the largest (so every variable of the
@@ -505,9 +505,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
     m.add(time == waves * wave + resident * LOOKBACK_NS + looked_back * resident * 2 * seg_chunks * tt * ROW_CHAIN_NS
-          + rounds * ROUND_NS
-          + chained * work.chained_ns,
-          name="time_definition")
+          + rounds * ROUND_NS + chained * work.chained_ns, name="time_definition")
     return m
 
 
