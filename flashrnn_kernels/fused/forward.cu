@@ -33,9 +33,13 @@ static_assert(M_TILES == GATES, "forward: a warp owns all gates of its 16 hidden
 #define SM_RED (SM_WX + STAGES * BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t))
 #define RED_FLOATS ((WARPS_K > 1 ? WARPS_K : 0) * WARPS_M * M_TILES * N_TILES * 4 * 32)
 #define SM_BARS (SM_RED + (FRAGMENT_EXCHANGE ? 2 : 1) * RED_FLOATS * 4)
-#define SM_TOTAL (SM_BARS + 16)  // VECTOR_BUFFERS <= 2 exchange mbarriers
+#define SM_TOTAL (SM_BARS + 16)  // VECTOR_BUFFERS <= 2 exchange mbarriers, or the owners' mbarrier (OWNER_GATE)
 static_assert(SM_BARS % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
+// Through global memory with more warps along K than accumulator elements per lane, some warps own no element: each
+// step they wait on an mbarrier until every owner warp has published h_t (the owners only arrive), since polls for
+// it issued earlier would find stale words.
+#define OWNER_GATE (FRAGMENT_EXCHANGE && WARPS_K > 4 * N_TILES)
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
@@ -99,6 +103,11 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     // h_0 as fill 0 of the exchange: each owner publishes its elements (padding batches are zero).
     FragmentExchange exchange;
     exchange.init(exchange_buf);
+#if OWNER_GATE
+    const u32 gate = smem_addr(smem + SM_BARS);  // one arrival per owner warp and step; used after the next barrier
+    if (threadIdx.x == 0)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gate), "n"(4 * N_TILES * WARPS_M) : "memory");
+#endif
 #pragma unroll
     for (int q = 0; q < OWNED_SLOTS; ++q) {
         int o, h, col;
@@ -206,6 +215,24 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
                 }
             }
         }
+#if OWNER_GATE
+        if (wk < 4 * N_TILES) {
+            if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gate) : "memory");
+        } else {
+            u32 done = 0;
+            while (!done)  // sm_90 suspends the warp inside try_wait; sm_80 has the non-blocking test_wait
+                asm volatile("{\n.reg .pred p;\n"
+#if __CUDA_ARCH__ >= 900
+                             "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+#else
+                             "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+#endif
+                             "selp.u32 %0, 1, 0, p;\n}"
+                             : "=r"(done)
+                             : "r"(gate), "r"((u32)t & 1u)
+                             : "memory");
+        }
+#endif
 #if !FRAGMENT_EXCHANGE
         cp_async_wait_group<STAGES - 2>();  // Wx of step t+1 has landed
         __syncthreads();
