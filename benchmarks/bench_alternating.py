@@ -168,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dtypes", type=common.parse_names(tuple(common.DTYPES)), default=("bf16", "fp16", "fp32"))
     p.add_argument("--repeat", type=int, default=10, help="timed calls per measurement (median reported)")
     p.add_argument("--sections", type=common.parse_names(SECTIONS), default=SECTIONS,
-                   help="comma-separated: 'cudnn' (one head of 2048 / 4096 vs cuDNN), 'crossover' (vs the fused kernel)")
+                   help="comma-separated: 'cudnn' (one head of 2048 / 4096 vs cuDNN), "
+                        "'crossover' (vs the fused kernel)")
     args = p.parse_args(argv)
     if "cudnn" in args.sections:
         _cudnn_section(args)
@@ -192,7 +193,8 @@ def _cudnn_section(args: argparse.Namespace) -> None:
     notes = [(f"LSTM, one head, B={BATCH}; alternating = per-step cuBLAS GEMM + pointwise kernel replayed from a CUDA "
              "graph (Wx precomputed). cudnn_inH: torch.nn.LSTM with input_size = hidden (its input projection "
              "included); cudnn_in8: input_size = 8 (the recurrence alone). fp32 with torch's defaults: cuDNN uses TF32 "
-             "tensor cores, our cuBLAS GEMMs strict fp32; the _tf32 / _notf32 columns flip that. Median of CUDA-event-timed calls after "
+             "tensor cores, our cuBLAS GEMMs strict fp32; the _tf32 / _notf32 columns flip that. "
+             "Median of CUDA-event-timed calls after "
              f"warm-up; target: alternating no slower than cuDNN for H = {TARGET_HIDDEN}.")]
     print(common.write_results("alternating_quick" if args.quick else "alternating", rows,
                                title="Alternating backend vs cuDNN", notes=notes))

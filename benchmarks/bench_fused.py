@@ -126,7 +126,8 @@ def plan_jobs(section: str, args: argparse.Namespace) -> tuple[list[common.Case]
     else:
         dh, nh = args.mid_shape
         values = args.batches if section == "batch" else args.lengths
-        cases = [common.Case("lstm", v, args.seq, dh, nh, dt) if section == "batch" else common.Case("lstm", args.batch, v, dh, nh, dt)
+        cases = [common.Case("lstm", v, args.seq, dh, nh, dt) if section == "batch"
+                 else common.Case("lstm", args.batch, v, dh, nh, dt)
                  for dt in args.sweep_dtypes for v in values]
     jobs: list[dict] = []
     anchor_keys: set[tuple] = set()

@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 f"{load} at the end of the run")
     notes = [
         f"{versions}. Times in ms, median of {repeat} run(s), the solvers of a row taking turns. constrint_ms is "
-        "end to end from the model text (parse + solve); constrint_solve_ms is the search alone on the parsed model. vs_* = constrint_ms / "
+        "end to end from the model text (parse + solve); constrint_solve_ms is the search alone on the parsed model. "
+        "vs_* = constrint_ms / "
         "other (below 1 means constrint is faster). CP-SAT's first solution under preferences is a fixed "
         "search over the preferred variables in order (one worker).",
         "python-constraint2 2.9.0 finds no solution for the string constraint "

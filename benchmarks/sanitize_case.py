@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     inputs = (rand(B, T, 4, NH, DH), rand(4, NH, DH, DH, scale=DH**-0.5), rand(4, NH, DH, scale=0.5),
               rand(2, B, NH, DH, scale=0.5))
-    upstream = (torch.randn(B, T, NH, DH, device="cuda").bfloat16(), torch.randn(2, B, NH, DH, device="cuda").bfloat16())
+    upstream = (torch.randn(B, T, NH, DH, device="cuda").bfloat16(),
+                torch.randn(2, B, NH, DH, device="cuda").bfloat16())
     outputs = flashrnn_kernels.flashrnn(*inputs, cell="lstm", backend="fused")
     grads = torch.autograd.grad(outputs, inputs, upstream)
     torch.cuda.synchronize()

@@ -110,7 +110,8 @@ def train(model: nn.Module, task: Task, steps: int, batch: int, train_length: in
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, task: Task, eval_lengths: list[int], samples: int, seed: int, device) -> dict[int, float]:
+def evaluate(model: nn.Module, task: Task, eval_lengths: list[int], samples: int, seed: int,
+             device) -> dict[int, float]:
     """Accuracy of the predicted state after whole sequences of each length."""
     generator = torch.Generator().manual_seed(seed)
     model.eval()

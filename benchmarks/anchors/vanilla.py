@@ -8,7 +8,8 @@ import torch
 def lstm_loop(
     Wx: torch.Tensor, R: torch.Tensor, b: torch.Tensor, states: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """LSTM over ``Wx: [B, T, 4, NH, DH]`` with ``R: [4, NH, DH_out, DH_in]``, ``b: [4, NH, DH]``, ``states: [2, B, NH, DH]``.
+    """LSTM over ``Wx: [B, T, 4, NH, DH]`` with ``R: [4, NH, DH_out, DH_in]``, ``b: [4, NH, DH]``,
+    ``states: [2, B, NH, DH]``.
 
     Gates in torch.nn.LSTM order (input, forget, cell candidate, output); all math in the inputs' dtype.
     Returns ``h: [B, T, NH, DH]`` and ``last_states: [2, B, NH, DH]`` (h, c).

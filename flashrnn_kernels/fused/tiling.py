@@ -43,7 +43,7 @@ from .problem import FusedProblem
 
 BASE_REGISTERS = {"forward": 48, "backward": 80}  # addresses, loop state, pointwise temporaries (ptxas -v)
 REGISTER_MARGIN = 16  # headroom for the scheduler (sm_80 code needs a few more registers than sm_90)
-REGISTER_MARGIN_SM100 = 80  # sm_100 forward code needs up to ~72 registers beyond the model where sm_90 needs 16 (ptxas -v)
+REGISTER_MARGIN_SM100 = 80  # sm_100 forward code needs up to ~72 registers beyond the model, sm_90 16 (ptxas -v)
 STREAM_REGISTERS = 16  # per n-tile: fragments of the unrolled L2 stream in flight (ptxas -v)
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)

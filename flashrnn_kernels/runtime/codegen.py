@@ -48,7 +48,8 @@ def cell_function(cell: CellSpec, direction: str) -> str:
                 "const float (&y)[STATES], const float (&dy)[STATES], float (&dx)[GATES], float (&ds)[STATES]) {")
         body = _bind("a", g, "a") + _bind("s", s, "s") + _bind("y", s, "y") + _bind("dy", s, "dy")
         body += ["    " + ln for ln in cell.cuda_backward().splitlines()]
-        body += [f"    dx[{k}] = dx_{n};" for k, n in enumerate(g)] + [f"    ds[{k}] = ds_{n};" for k, n in enumerate(s)]
+        body += [f"    dx[{k}] = dx_{n};" for k, n in enumerate(g)]
+        body += [f"    ds[{k}] = ds_{n};" for k, n in enumerate(s)]
     return "\n".join([head, *body, "}"])
 
 

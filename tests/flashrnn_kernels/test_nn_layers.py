@@ -125,7 +125,8 @@ def test_unsorted_lengths_give_the_sorted_results_permuted():
     x = torch.randn(4, 6, 3, dtype=torch.float64)
     lengths = [2, 6, 4, 1]
     order = sorted(range(4), key=lambda k: -lengths[k])
-    with pytest.raises(ValueError, match=r"lengths must be sorted in decreasing order \(lengths\[0\]=2 < lengths\[1\]=6\)"):
+    message = r"lengths must be sorted in decreasing order \(lengths\[0\]=2 < lengths\[1\]=6\)"
+    with pytest.raises(ValueError, match=message):
         model(x, lengths=lengths)
     output, h_n = model(x, lengths=lengths, enforce_sorted=False)
     sorted_output, sorted_h_n = model(x[order], lengths=[lengths[k] for k in order])

@@ -28,7 +28,8 @@ def test_pointwise_source_compiles_without_spills(tmp_path, cell, dtype, arch):
     path = tmp_path / f"{cell}_{dtype}.cu"
     path.write_text(render(cell, dtype))
     result = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-std=c++17", f"-I{KERNEL_DIR}",
-                             "-o", str(path.with_suffix(".cubin")), str(path)], check=False, capture_output=True, text=True)
+                             "-o", str(path.with_suffix(".cubin")), str(path)],
+                            check=False, capture_output=True, text=True)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log
     for name in KERNEL_NAMES.values():
