@@ -281,6 +281,8 @@ struct RecurrentA {
 // pointwise step: element i = 4n + e belongs to warp i % WARPS_K, as its slot i / WARPS_K, and that warp keeps its
 // states for the whole sequence.
 #define OWNED_SLOTS ((4 * N_TILES + WARPS_K - 1) / WARPS_K)  // elements a warp owns at most
+// Warps wk < OWNER_WARPS_K of a row group own an element; with more warps along K than elements, the rest own none.
+#define OWNER_WARPS_K (WARPS_K < 4 * N_TILES ? WARPS_K : 4 * N_TILES)
 
 // The element of slot q of warp wk (4 * N_TILES or more: the warp owns no element there). A constant where
 // WARPS_K == 1, so that the slots' loops index registers with constants.

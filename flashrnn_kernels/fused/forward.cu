@@ -39,7 +39,7 @@ static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from th
 // Through global memory with more warps along K than accumulator elements per lane, some warps own no element: each
 // step they wait on an mbarrier until every owner warp has published h_t (the owners only arrive), since polls for
 // it issued earlier would find stale words.
-#define OWNER_GATE (FRAGMENT_EXCHANGE && WARPS_K > 4 * N_TILES)
+#define OWNER_GATE (FRAGMENT_EXCHANGE && WARPS_K > OWNER_WARPS_K)
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
@@ -106,7 +106,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 #if OWNER_GATE
     const u32 gate = smem_addr(smem + SM_BARS);  // one arrival per owner warp and step; used after the next barrier
     if (threadIdx.x == 0)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gate), "n"(4 * N_TILES * WARPS_M) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gate), "n"(OWNER_WARPS_K * WARPS_M) : "memory");
 #endif
 #pragma unroll
     for (int q = 0; q < OWNED_SLOTS; ++q) {
@@ -127,7 +127,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     constexpr int WX_TILE = BATCH_TILE * G * ROWS;
     // Wx of step t lives in stage t % STAGES; steps are staged STAGES-1 ahead (one commit group per step). The copies
     // start at the first warp that owns no accumulator element (warps_k > 4 n-tiles), off the pointwise step's path.
-    constexpr int IDLE_FROM = WARPS_K > 4 * N_TILES ? 4 * N_TILES * WARPS_M * 32 : 0;
+    constexpr int IDLE_FROM = WARPS_K > OWNER_WARPS_K ? OWNER_WARPS_K * WARPS_M * 32 : 0;
     const int stage_thread = ((int)threadIdx.x + THREADS - IDLE_FROM) % THREADS;
     auto stage_wx = [&](int t) {
         if (t < T)
@@ -216,7 +216,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
             }
         }
 #if OWNER_GATE
-        if (wk < 4 * N_TILES) {
+        if (wk < OWNER_WARPS_K) {
             if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gate) : "memory");
         } else {
             u32 done = 0;
