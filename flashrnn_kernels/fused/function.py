@@ -7,7 +7,8 @@ Forward: one persistent launch over all T steps. In training it also saves, in f
 a_g [B, T, G, NH, DH] and the non-h states of every step [S-1, B, T+1, NH, DH] (index 0: the initial states).
 Backward: one persistent launch for the gate-gradient recurrence writes dgates in the input dtype
 [B, T, G, NH, DH] (the gradient of Wx) and the initial states' gradients; dR and db are then whole-sequence GEMMs /
-sums in torch: dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T h_{t-1}[b, n], db = sum dgates (fp32 accumulation).
+sums in torch: dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T h_{t-1}[b, n] (`recurrent_weight_grad`), db = sum dgates
+(a matrix-vector product; both accumulate in fp32).
 """
 from __future__ import annotations
 
@@ -149,16 +150,29 @@ def fused_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, sta
     d_states = _empty((S, B, NH, DH), h)
     _run(config, (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h),
                   _exchange(config, h), B, T), h)
-    h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
-    # dR[g, n] = sum over (b, t) of d_wx[b, t, g, n]^T h_prev[b, t, n]: one batched GEMM per gate on strided views
-    # of both operands (cuBLAS reads them in place; an einsum would first copy d_wx into a [G, NH, DH, B*T] layout)
-    lhs = d_wx.view(B * T, G, NH, DH).permute(1, 2, 3, 0)  # [G, NH, DH_out, B*T]
-    rhs = h_prev.view(B * T, NH, DH).transpose(0, 1)  # [NH, B*T, DH_in]
+    d_r = recurrent_weight_grad(d_wx, h, states[0])
+    d_b = torch.mv(d_wx.view(B * T, -1).t(), d_wx.new_ones(B * T)).view(G, NH, DH)  # fp32 accumulation (cuBLAS)
+    return d_wx, d_r, d_b, d_states
+
+
+def recurrent_weight_grad(d_wx: Tensor, h: Tensor, h0: Tensor) -> Tensor:
+    """dR[g, n] = sum over (b, t) of d_wx[b, t, g, n]^T h_{t-1}[b, n] (h_{-1} = h0) in h's dtype: h_{t-1} copied once
+    (two strided copies; torch.cat of the shifted view is several times slower), then one GEMM over every (b, t)
+    with d_wx read in place (all gates at once for one head, a batched GEMM over heads per gate otherwise), so the
+    sum is rounded once. d_wx [B, T, G, NH, DH], h [B, T, NH, DH], h0 [B, NH, DH]."""
+    B, T, G, NH, DH = d_wx.shape
+    K = B * T
+    h_prev = torch.empty_like(h)
+    h_prev[:, 0] = h0
+    h_prev[:, 1:] = h[:, :-1]
+    lhs = d_wx.view(K, G, NH, DH).permute(1, 2, 3, 0)  # [G, NH, DH_out, K]
+    rhs = h_prev.view(K, NH, DH).transpose(0, 1)  # [NH, K, DH_in]
+    if NH == 1:
+        return torch.mm(lhs.reshape(G * DH, K), rhs[0]).view(G, NH, DH, DH)
     d_r = torch.empty((G, NH, DH, DH), device=h.device, dtype=h.dtype)
     for g in range(G):
         torch.bmm(lhs[g], rhs, out=d_r[g])
-    d_b = d_wx.sum(dim=(0, 1), dtype=torch.float32).to(h.dtype)
-    return d_wx, d_r, d_b, d_states
+    return d_r
 
 
 def flashrnn_fused(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str = "lstm") -> tuple[Tensor, Tensor]:

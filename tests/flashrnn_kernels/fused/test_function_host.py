@@ -2,7 +2,7 @@
 
 Checks that a call's launch record (grid, block, shared memory, scratch) is the plan's, that it is derived once
 per problem, and that the backward returns gradients of the inputs' shapes and dtype (the backward kernel writes
-the Wx gradient in the input dtype).
+the Wx gradient in the input dtype), and that dR (h_{t-1} copied, one GEMM over the steps) is the sum over the steps.
 """
 from __future__ import annotations
 
@@ -82,3 +82,16 @@ def test_backward_gradients_have_input_shapes_and_dtype(recorded, dtype):
     assert grads[0] is d_wx and d_wx.dtype == dtype and d_wx.shape == (B, T, 4, NH, DH)
     for t, grad in zip((Wx, R, b, states), grads):
         assert grad.shape == t.shape and grad.dtype == dtype
+
+
+@pytest.mark.parametrize("B,T,NH,DH", [(1, 1, 1, 16), (3, 1, 1, 16), (1, 5, 2, 16), (4, 6, 1, 32), (3, 7, 3, 16)])
+def test_recurrent_weight_grad_matches_the_sum_over_steps(B, T, NH, DH):
+    gen = torch.Generator().manual_seed(B * 100 + T * 10 + NH)
+    d_wx = torch.randn(B, T, 4, NH, DH, generator=gen, dtype=torch.float64)
+    h = torch.randn(B, T, NH, DH, generator=gen, dtype=torch.float64)
+    h0 = torch.randn(B, NH, DH, generator=gen, dtype=torch.float64)
+    h_prev = torch.cat([h0.unsqueeze(1), h[:, :-1]], dim=1)
+    expected = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
+    got = function.recurrent_weight_grad(d_wx, h, h0)
+    assert got.shape == (4, NH, DH, DH) and got.dtype == torch.float64
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
