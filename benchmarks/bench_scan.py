@@ -277,14 +277,14 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
                                  "error": f"{type(exc).__name__}: {exc}"[:160]})
                     continue
                 (_, ms), terr = _time(run)
+                bw = moved / (ms * 1e-3)
                 lanes, chunks = trial.d_tiles(shape[2]), trial.chunks(shape[1])
                 rows.append({"cell": cell, "direction": direction, "dtype": dname,
                              "decays": decays if cell == "linear" else "", **shape_of,
                              "stages": trial.stages, "min_blocks": trial.min_blocks,
                              "blocks": lanes * trial.segments(lanes, chunks), "solver's plan": trial == chosen,
                              "us": 1e3 * ms, "model us": _model_us(trial, gpu),
-                             "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
-                             "% of same-size copy": _same_size_pct(moved, moved / (ms * 1e-3)),
+                             "% of copy": 100 * bw / copy_bw, "% of same-size copy": _same_size_pct(moved, bw),
                              "rel err vs solver's plan": err, "error": terr or ""})
                 print(rows[-1], flush=True)
         del inputs, dy, h
