@@ -14,6 +14,8 @@
 //   states_save fp32 [S-1, B, T+1, NH, DH]   d_h [B, T, NH, DH] (gradient of h_out)
 //   d_last [S, B, NH, DH] (gradient of the last states)
 //   d_gates [B, T, G, NH, DH] (gradient of the pre-activations = of Wx, in the input dtype)   d_states [S, B, NH, DH]
+//   h_prev [B, T, NH, DH]: h_{t-1} (h_0 at t = 0), the weight gradient's rows, copied from the staged inputs
+//   d_bias_rows fp32 [B, G, NH, DH]: each batch row's sum over the steps of d_gates (as rounded)
 
 #define K_DIM (GATES * HEAD_DIM)
 #include "fused/engine.cuh"
@@ -67,8 +69,8 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     }
 
     BackwardStep inputs;
-    inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
-                u_block);
+    inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, h_prev, d_bias_rows, B, T,
+                b0, valid_b, head, u_block);
     StepExchange exchange;  // the gate gradients of iterations 0 .. T-1 between the blocks of a head
     exchange.init(bars, exchange_buf, valid_b, G, DH, u_block, ROWS, 0, T - 1);
     cluster_barrier();
@@ -125,14 +127,16 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
 #pragma unroll
             for (int j = 0; j < G; ++j) Vn[col * V_STRIDE + j * DH + u_block + r] = from_float<elem_t>(dx[j]);
         }
+        inputs.store_h_prev(it, t);  // before the barrier after which the next iteration refills its stage
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
 #if HEAD_BLOCKS > 1
         exchange.push(Vn, it);
 #endif
-        inputs.store_d_gates(t, Vn + u_block, V_STRIDE, DH);  // the block's slice stays put until its next writes
+        inputs.store_gate_grads(t, Vn + u_block, V_STRIDE, DH);  // the block's slice stays put until its next writes
 #if HEAD_BLOCKS > 1
         exchange.wait(Vn, it);
 #endif
     }
+    inputs.store_bias_sums();
 }

@@ -137,8 +137,8 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     }
 
     BackwardStep inputs;
-    inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, B, T, b0, valid_b, head,
-                u_block);
+    inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, h_prev, d_bias_rows, B, T,
+                b0, valid_b, head, u_block);
     __syncthreads();
 
     constexpr int SLOT = HEAD_BLOCKS * SOURCES * BATCH_TILE * ROWS;  // words of one fill
@@ -212,7 +212,8 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
                 if (present(l)) w[l] = load_quad_relaxed(share + 4 * (q0 + l * THREADS));
             if (q0 == 0) {
                 inputs.stage_iteration(it + STAGES - 1);
-                inputs.store_d_gates(t, dxs, DX_STRIDE, ROWS);
+                inputs.store_gate_grads(t, dxs, DX_STRIDE, ROWS);
+                inputs.store_h_prev(it, t);  // its stage is refilled after this iteration's last barrier
             }
             while (true) {
                 bool all = true;
@@ -235,4 +236,5 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
         cp_async_wait_group<STAGES - 2>();  // inputs of the next iteration have landed
         __syncthreads();
     }
+    inputs.store_bias_sums();
 }

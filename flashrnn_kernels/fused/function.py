@@ -6,9 +6,10 @@ implementations are `fused_forward` and `fused_backward`.
 Forward: one persistent launch over all T steps. In training it also saves, in fp32, the cell's per-gate values
 a_g [B, T, G, NH, DH] and the non-h states of every step [S-1, B, T+1, NH, DH] (index 0: the initial states).
 Backward: one persistent launch for the gate-gradient recurrence writes dgates in the input dtype
-[B, T, G, NH, DH] (the gradient of Wx) and the initial states' gradients; dR and db are then whole-sequence GEMMs /
-sums in torch: dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T h_{t-1}[b, n] (`recurrent_weight_grad`), db = sum dgates
-(a matrix-vector product; both accumulate in fp32).
+[B, T, G, NH, DH] (the gradient of Wx), the initial states' gradients, h_{t-1} of every step (copied from its staged
+inputs) and each batch row's sum of dgates over the steps (fp32); then dR[g, n] = sum_{b,t} dgates[b, t, g, n]^T
+h_{t-1}[b, n] is one whole-sequence GEMM in torch (`recurrent_weight_grad`, fp32 accumulation) and db the sum of the
+batch rows' sums.
 """
 from __future__ import annotations
 
@@ -148,28 +149,26 @@ def fused_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, sta
     config = _launch_for(cell, h, "backward")
     d_wx = _empty((B, T, G, NH, DH), h)
     d_states = _empty((S, B, NH, DH), h)
-    _run(config, (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, _scratch(config, h),
-                  _exchange(config, h), B, T), h)
-    d_r = recurrent_weight_grad(d_wx, h, states[0])
-    d_b = torch.mv(d_wx.view(B * T, -1).t(), d_wx.new_ones(B * T)).view(G, NH, DH)  # fp32 accumulation (cuBLAS)
+    h_prev = _empty((B, T, NH, DH), h)
+    d_bias_rows = _empty((B, G, NH, DH), h, torch.float32)
+    _run(config, (R, states, h, gates_save, states_save, d_h, d_last, d_wx, d_states, h_prev, d_bias_rows,
+                  _scratch(config, h), _exchange(config, h), B, T), h)
+    d_r = recurrent_weight_grad(d_wx, h_prev)
+    d_b = d_bias_rows.sum(0).to(h.dtype)
     return d_wx, d_r, d_b, d_states
 
 
-def recurrent_weight_grad(d_wx: Tensor, h: Tensor, h0: Tensor) -> Tensor:
-    """dR[g, n] = sum over (b, t) of d_wx[b, t, g, n]^T h_{t-1}[b, n] (h_{-1} = h0) in h's dtype: h_{t-1} copied once
-    (two strided copies; torch.cat of the shifted view is several times slower), then one GEMM over every (b, t)
-    with d_wx read in place (all gates at once for one head, a batched GEMM over heads per gate otherwise), so the
-    sum is rounded once. d_wx [B, T, G, NH, DH], h [B, T, NH, DH], h0 [B, NH, DH]."""
+def recurrent_weight_grad(d_wx: Tensor, h_prev: Tensor) -> Tensor:
+    """dR[g, n] = sum over (b, t) of d_wx[b, t, g, n]^T h_prev[b, t, n] in d_wx's dtype: one GEMM over every (b, t)
+    with both read in place (all gates at once for one head, a batched GEMM over heads per gate otherwise), so the
+    sum is rounded once. d_wx [B, T, G, NH, DH], h_prev [B, T, NH, DH] (h_{t-1}, h_0 at t = 0)."""
     B, T, G, NH, DH = d_wx.shape
     K = B * T
-    h_prev = torch.empty_like(h)
-    h_prev[:, 0] = h0
-    h_prev[:, 1:] = h[:, :-1]
     lhs = d_wx.view(K, G, NH, DH).permute(1, 2, 3, 0)  # [G, NH, DH_out, K]
     rhs = h_prev.view(K, NH, DH).transpose(0, 1)  # [NH, K, DH_in]
     if NH == 1:
         return torch.mm(lhs.reshape(G * DH, K), rhs[0]).view(G, NH, DH, DH)
-    d_r = torch.empty((G, NH, DH, DH), device=h.device, dtype=h.dtype)
+    d_r = torch.empty((G, NH, DH, DH), device=d_wx.device, dtype=d_wx.dtype)
     for g in range(G):
         torch.bmm(lhs[g], rhs, out=d_r[g])
     return d_r

@@ -88,10 +88,8 @@ def test_backward_gradients_have_input_shapes_and_dtype(recorded, dtype):
 def test_recurrent_weight_grad_matches_the_sum_over_steps(B, T, NH, DH):
     gen = torch.Generator().manual_seed(B * 100 + T * 10 + NH)
     d_wx = torch.randn(B, T, 4, NH, DH, generator=gen, dtype=torch.float64)
-    h = torch.randn(B, T, NH, DH, generator=gen, dtype=torch.float64)
-    h0 = torch.randn(B, NH, DH, generator=gen, dtype=torch.float64)
-    h_prev = torch.cat([h0.unsqueeze(1), h[:, :-1]], dim=1)
+    h_prev = torch.randn(B, T, NH, DH, generator=gen, dtype=torch.float64)
     expected = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
-    got = function.recurrent_weight_grad(d_wx, h, h0)
+    got = function.recurrent_weight_grad(d_wx, h_prev)
     assert got.shape == (4, NH, DH, DH) and got.dtype == torch.float64
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
