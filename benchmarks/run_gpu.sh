@@ -8,13 +8,15 @@
 #   sanitize.log      compute-sanitizer memcheck and racecheck: sanitize_case.py (4 cases), sanitize_scan.py
 #   bench_fused.log   benchmarks/bench_fused.py, shapes section (bench_sweeps.log: batch and length sweeps)
 #   host_overhead.log benchmarks/host_overhead.py (host time per call, cProfile)
+#   bench_products.log benchmarks/bench_step_products.py (one step's tensor-core products: mma.sync vs wgmma)
 #   bench_cells.log   benchmarks/bench_cells.py (GRU, sLSTM, Elman on the fused kernel vs cuDNN and flashrnn)
 #   bench_alternating.log  benchmarks/bench_alternating.py (one head of 2048 / 4096 vs cuDNN)
 #   bench_scan.log    benchmarks/bench_scan.py, when it exists
 #   results.tar.gz    every results file (CSV, markdown, PNG); unpack into benchmarks/results/
 #
 # Environment:
-#   STAGES           which stages, in order (default "info tests sanitize host fused sweeps cells alternating scan")
+#   STAGES           which stages, in order (default "info tests sanitize host products fused sweeps cells
+#                    alternating scan")
 #   FUSED_ARGS       extra arguments for bench_fused.py (e.g. "--quick", "--flashrnn-shapes none")
 #   SCAN_ARGS        extra arguments for bench_scan.py
 #   CELLS_ARGS       extra arguments for bench_cells.py (e.g. "--dtypes bf16 --flashrnn-shapes none")
@@ -34,7 +36,7 @@ mkdir -p "$OUT"
 LOG="$OUT/run_gpu.log"
 
 PYTHON=${PYTHON:-python3}
-STAGES=${STAGES:-"info tests sanitize host fused sweeps cells alternating scan"}
+STAGES=${STAGES:-"info tests sanitize host products fused sweeps cells alternating scan"}
 export BENCH_RESULTS_DIR=${BENCH_RESULTS_DIR:-/tmp/bench_results}
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -178,6 +180,10 @@ EOF
         host)
             run_stage host "$OUT/host_overhead.log" "${HOST_TIMEOUT:-180}" "$PYTHON" benchmarks/host_overhead.py
             ;;
+        products)
+            run_stage products "$OUT/bench_products.log" 120 "$PYTHON" benchmarks/bench_step_products.py
+            pack_results
+            ;;
         scan)
             if [ -f benchmarks/bench_scan.py ]; then
                 # shellcheck disable=SC2086
@@ -190,7 +196,7 @@ EOF
             fi
             ;;
         *)
-            header "unknown stage '$stage' (known: info tests sanitize host fused sweeps cells alternating scan)"
+            header "unknown stage '$stage' (known: info tests sanitize host products fused sweeps cells alternating scan)"
             SUMMARY+=("$stage=unknown")
             ;;
         esac
