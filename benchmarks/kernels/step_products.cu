@@ -9,15 +9,31 @@
 #define PRODUCT_TILES 6
 #define GATES 4
 
+// Fixed A fragments and zeroed accumulators.
+__device__ __forceinline__ void init_operands(unsigned (&a)[PRODUCT_TILES][GATES][4], float (&acc)[PRODUCT_TILES][4]) {
+    for (int i = 0; i < PRODUCT_TILES; ++i) {
+        for (int m = 0; m < GATES; ++m)
+            for (int v = 0; v < 4; ++v) a[i][m][v] = 0x3c003c00u + threadIdx.x + i + m + v;
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+    }
+}
+
+// The accumulators to `sink` (so that the products are kept) and the block's cycles since t0.
+__device__ __forceinline__ void finish(const float (&acc)[PRODUCT_TILES][4], unsigned long long t0,
+                                       unsigned long long* cycles, float* sink) {
+    const unsigned long long t1 = clock64();
+    float sum = 0.f;
+    for (int i = 0; i < PRODUCT_TILES; ++i)
+        for (int e = 0; e < 4; ++e) sum += acc[i][e];
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
 extern "C" __global__ void step_mma_sync(unsigned long long* cycles, int steps, float* sink) {
     unsigned a[PRODUCT_TILES][GATES][4], b[GATES][2];
     float acc[PRODUCT_TILES][4];
-    for (int i = 0; i < PRODUCT_TILES; ++i)
-        for (int m = 0; m < GATES; ++m)
-            for (int v = 0; v < 4; ++v) a[i][m][v] = 0x3c003c00u + threadIdx.x + i + m + v;
+    init_operands(a, acc);
     for (int m = 0; m < GATES; ++m) b[m][0] = b[m][1] = 0x3c003c00u + m;
-    for (int i = 0; i < PRODUCT_TILES; ++i)
-        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
     __syncthreads();
     const unsigned long long t0 = clock64();
     for (int s = 0; s < steps; ++s) {
@@ -32,12 +48,7 @@ extern "C" __global__ void step_mma_sync(unsigned long long* cycles, int steps, 
                                "r"(b[m][1]));
         __syncthreads();
     }
-    const unsigned long long t1 = clock64();
-    float sum = 0.f;
-    for (int i = 0; i < PRODUCT_TILES; ++i)
-        for (int e = 0; e < 4; ++e) sum += acc[i][e];
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    finish(acc, t0, cycles, sink);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -53,12 +64,8 @@ extern "C" __global__ void step_wgmma(unsigned long long* cycles, int steps, flo
     unsigned a[PRODUCT_TILES][GATES][4];
     float acc[PRODUCT_TILES][4];
     uint64_t b[GATES];
-    for (int i = 0; i < PRODUCT_TILES; ++i)
-        for (int m = 0; m < GATES; ++m)
-            for (int v = 0; v < 4; ++v) a[i][m][v] = 0x3c003c00u + threadIdx.x + i + m + v;
+    init_operands(a, acc);
     for (int m = 0; m < GATES; ++m) b[m] = smem_descriptor(b_tiles[m]);
-    for (int i = 0; i < PRODUCT_TILES; ++i)
-        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
     __syncthreads();
     const unsigned long long t0 = clock64();
     for (int s = 0; s < steps; ++s) {
@@ -76,11 +83,6 @@ extern "C" __global__ void step_wgmma(unsigned long long* cycles, int steps, flo
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         __syncthreads();
     }
-    const unsigned long long t1 = clock64();
-    float sum = 0.f;
-    for (int i = 0; i < PRODUCT_TILES; ++i)
-        for (int e = 0; e < 4; ++e) sum += acc[i][e];
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    finish(acc, t0, cycles, sink);
 }
 #endif

@@ -119,16 +119,26 @@ struct BackwardStep {
         for (int k = 0; k < S; ++k) dy[k] = ds[k];
     }
 
+    // This thread's k-th run of the gate gradients: batch column col, gate g, run c of the block's units; false where
+    // it has none (past the runs or the batch).
+    __device__ __forceinline__ bool gate_run(int k, int& col, int& g, int& c) const {
+        constexpr int PER_COL = GATES * RUNS_PER_ROW;
+        const int i = k * THREADS + (int)threadIdx.x;
+        col = i / PER_COL;
+        const int rest = i - col * PER_COL;
+        g = rest / RUNS_PER_ROW;
+        c = rest - g * RUNS_PER_ROW;
+        return (GATE_RUNS % THREADS == 0 || i < GATE_RUNS) && col < valid_b;
+    }
+
     // The gate gradients of step t from shared memory, where the block's element (batch column col, gate g, unit r)
     // sits at dx[col * row_stride + g * gate_stride + r], added to this thread's bias sums as rounded (columns past
     // the batch are dropped). Call after the block barrier that follows their writes.
     __device__ __forceinline__ void store_gate_grads(int t, const elem_t* dx, int row_stride, int gate_stride) {
-        constexpr int PER_COL = GATES * RUNS_PER_ROW;
 #pragma unroll
         for (int k = 0; k < RUNS_PER_THREAD; ++k) {
-            const int i = k * THREADS + (int)threadIdx.x, col = i / PER_COL, rest = i - col * PER_COL;
-            const int g = rest / RUNS_PER_ROW, c = rest - g * RUNS_PER_ROW;
-            if ((GATE_RUNS % THREADS == 0 || i < GATE_RUNS) && col < valid_b) {
+            int col, g, c;
+            if (gate_run(k, col, g, c)) {
                 const uint4 v = *reinterpret_cast<const uint4*>(dx + col * row_stride + g * gate_stride + c * RUN_ELEMS);
                 *reinterpret_cast<uint4*>(d_gates + (((size_t)(b0 + col) * T + t) * GATES + g) * unit_stride + col0 +
                                           c * RUN_ELEMS) = v;
@@ -156,12 +166,10 @@ struct BackwardStep {
     // After the last step: each batch row's bias gradient, d_bias_rows[b][g][head][unit] (fp32, summed over b by
     // the host).
     __device__ __forceinline__ void store_bias_sums() const {
-        constexpr int PER_COL = GATES * RUNS_PER_ROW;
 #pragma unroll
         for (int k = 0; k < RUNS_PER_THREAD; ++k) {
-            const int i = k * THREADS + (int)threadIdx.x, col = i / PER_COL, rest = i - col * PER_COL;
-            const int g = rest / RUNS_PER_ROW, c = rest - g * RUNS_PER_ROW;
-            if ((GATE_RUNS % THREADS == 0 || i < GATE_RUNS) && col < valid_b) {
+            int col, g, c;
+            if (gate_run(k, col, g, c)) {
                 float4* out = reinterpret_cast<float4*>(d_bias_rows + ((size_t)(b0 + col) * GATES + g) * unit_stride +
                                                         col0 + c * RUN_ELEMS);
 #pragma unroll
