@@ -3,17 +3,17 @@ sm_90a (mma.sync and wgmma)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
+from tests.nvcc import NVCC, requires_nvcc
+
 SOURCE = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "step_products.cu"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@requires_nvcc
 @pytest.mark.parametrize("arch,kernels", [("sm_80", {"step_mma_sync"}), ("sm_90a", {"step_mma_sync", "step_wgmma"})])
 def test_step_products_compiles_without_spills(tmp_path, arch, kernels):
     result = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from flashrnn_kernels.cells import CELLS, FUNCTIONS, CellSpec, CellSpecError, get_cell
+from tests.nvcc import NVCC, requires_nvcc
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "flashrnn_kernels"
 
@@ -203,12 +203,12 @@ def _kernel_source(cell: CellSpec) -> str:
     )
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@requires_nvcc
 @pytest.mark.parametrize("arch, flags", [("sm_80", ()), ("sm_90", ("-DFLASHRNN_FAST_ACTIVATIONS",))])
 def test_rendered_steps_compile_with_nvcc(arch, flags, tmp_path):
     source = tmp_path / "cells.cu"
     source.write_text('#include "cells/ops.cuh"\n' + "".join(_kernel_source(cell) for cell in CELLS.values()))
-    command = ["nvcc", "-std=c++17", f"-arch={arch}", *flags, f"-I{KERNEL_DIR}", "-c", str(source)]
+    command = [NVCC, "-std=c++17", f"-arch={arch}", *flags, f"-I{KERNEL_DIR}", "-c", str(source)]
     command += ["-o", str(tmp_path / "cells.o")]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

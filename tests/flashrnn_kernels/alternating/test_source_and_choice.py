@@ -3,9 +3,7 @@ without spills or stack for every cell and dtype, and `choose` picks fused or al
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -15,12 +13,12 @@ from flashrnn_kernels.alternating.source import KERNEL_NAMES, render
 from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused.plan import plan
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
+from tests.nvcc import NVCC, requires_nvcc
 
-NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 H200 = "H200-SXM-141GB"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@requires_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("cell", sorted(CELLS))

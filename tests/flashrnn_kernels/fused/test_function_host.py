@@ -2,7 +2,7 @@
 
 Checks that a call's launch record (grid, block, shared memory, scratch) is the plan's, that it is derived once
 per problem, and that the backward returns gradients of the inputs' shapes and dtype (the backward kernel writes
-the Wx gradient in the input dtype), and that dR (h_{t-1} copied, one GEMM over the steps) is the sum over the steps.
+the Wx gradient in the input dtype), and that dR (one GEMM over the steps on h_{t-1}) is the sum over the steps.
 """
 from __future__ import annotations
 

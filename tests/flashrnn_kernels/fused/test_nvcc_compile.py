@@ -5,21 +5,18 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import pytest
 
 from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused import plan as plan_module
 from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
 from flashrnn_kernels.runtime.codegen import render
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
+from tests.nvcc import NVCC, requires_nvcc
 
-NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+pytestmark = requires_nvcc
 
 GPUS = {"sm_80": "A100-SXM4-80GB", "sm_89": "L40S", "sm_90": "H200-SXM-141GB", "sm_100": "B200"}
 CASES = [  # (batch, heads, head_dim, dtype, direction)

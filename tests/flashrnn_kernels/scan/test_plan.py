@@ -5,7 +5,6 @@ with no spills and at most the plan's register estimate."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,9 +17,9 @@ from flashrnn_kernels.runtime.compile import KERNEL_DIR
 from flashrnn_kernels.scan.plan import (CARRIES, build_model, carry_plan, estimate_ns, min_resident_warps, objective,
                                         WORK_MODELS, plan, register_cap, register_need)
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
+from tests.nvcc import NVCC, requires_nvcc
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
-NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 
 
 SHAPES = ((8, 4096), (1, 65536), (2, 1000))  # (B, T)
@@ -171,7 +170,7 @@ def _ptxas(source: str, arch: str, tmp: Path) -> str:
     return out.stderr
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@requires_nvcc
 @pytest.mark.parametrize("arch,gpu_name", [("sm_80", "A100-SXM4-80GB"), ("sm_90", "H200-SXM-141GB")])
 def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path):
     gpu = hwmodels.load(gpu_name)
