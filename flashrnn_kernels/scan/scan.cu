@@ -595,17 +595,24 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             float ra[SCAN_VEC], rb[SCAN_VEC];
             if (p >= 0) {
                 const long long w = word0 + (long long)p * SCAN_TILE + tx * SCAN_VEC;
+                // every unpublished channel of the row is reloaded in the same round, so the wait ends about one
+                // L2 round trip after the last of them lands (reloading one channel at a time would chain them)
                 word_t wa[SCAN_VEC], wb[SCAN_VEC];
-                auto load = [&](int j) {
-                    wb[j] = read_word(seg_b + w + j);
-                    wa[j] = read_word(seg_a + w + j);
-                };
+                unsigned stale = (1u << SCAN_VEC) - 1u;
+                do {
 #pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) load(j);  // issue the row's loads together
+                    for (int j = 0; j < SCAN_VEC; ++j) {
+                        if (stale & (1u << j)) {
+                            wb[j] = read_word(seg_b + w + j);
+                            wa[j] = read_word(seg_a + w + j);
+                        }
+                    }
 #pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) {
-                    while (!published_map(wa[j], wb[j], map_tag, ra[j], rb[j])) load(j);
-                }
+                    for (int j = 0; j < SCAN_VEC; ++j) {
+                        if ((stale & (1u << j)) && published_map(wa[j], wb[j], map_tag, ra[j], rb[j]))
+                            stale &= ~(1u << j);
+                    }
+                } while (stale != 0);
             } else {  // before segment 0, which is always final: the identity
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) {
