@@ -62,11 +62,17 @@ typedef __half elem_t;
 #define SCAN_STAGE (SCAN_INPUTS * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks
+#define SCAN_ROW_BATCH (SCAN_THREADS_T < 8 ? SCAN_THREADS_T : 8)  // rows of s_a / s_b read ahead (for_rows)
+// Phase 2 reads ahead only where fewer threads own channels than there are rows (SCAN_THREADS_T > SCAN_VEC): there a
+// few threads run long chains that wait on every load. Where every row owns a channel, phase 2 keeps all threads
+// busy and reading ahead only adds shared-memory traffic (it made the bf16 whole lanes of [8, T, 1536] 1.2% slower).
+#define SCAN_PHASE2_BATCH (SCAN_THREADS_T > SCAN_VEC ? SCAN_ROW_BATCH : 1)
 
 static_assert(SCAN_THREADS % 32 == 0, "a block is whole warps");
 static_assert(SCAN_VEC * sizeof(elem_t) <= 16, "one access is at most 16 bytes");
 static_assert(SCAN_THREADS >= 32, "a block is at least one warp");
 static_assert((SCAN_VEC & (SCAN_VEC - 1)) == 0, "SCAN_VEC is a power of two");
+static_assert(SCAN_THREADS_T % SCAN_ROW_BATCH == 0, "rows are read ahead in whole batches");
 static_assert(SCAN_CELL >= 0 && SCAN_CELL <= 2, "SCAN_CELL is 0 (linear), 1 (minGRU) or 2 (minLSTM)");
 
 struct __align__(SCAN_VEC * sizeof(elem_t)) pack_t {
@@ -91,6 +97,12 @@ __device__ __forceinline__ void unpack(const pack_t& p, float (&x)[SCAN_VEC]) {
         for (int j = 0; j < SCAN_VEC; ++j) x[j] = to_float(p.v[j]);
     }
 }
+
+// A compile-time row count for for_rows below.
+template <int N>
+struct Rows {
+    static constexpr int value = N;
+};
 
 // A compile-time flag for the lambdas below: Flag<true> when every step of a thread's chunk exists (s < T) and its
 // channels do (d < D), so the per-step bounds checks drop out.
@@ -330,6 +342,24 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         }
     };
 
+    // f(r, a, b) with row r's (a, b) of s_a / s_b at channel c, for r = 0 .. SCAN_THREADS_T - 1 in order (f may
+    // overwrite the rows it is given). The rows are read `batch` (Rows<N>) at a time ahead of f, so a chain through f
+    // waits on one shared-memory load per batch, not one per row.
+    auto for_rows = [&](int c, auto batch, auto&& f) {
+        constexpr int N = decltype(batch)::value;
+#pragma unroll
+        for (int r0 = 0; r0 < SCAN_THREADS_T; r0 += N) {
+            float a[N], b[N];
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                a[i] = s_a[r0 + i][c];
+                b[i] = s_b[r0 + i][c];
+            }
+#pragma unroll
+            for (int i = 0; i < N; ++i) f(r0 + i, a[i], b[i]);
+        }
+    };
+
     // Phase 2 and the published words split a column's channels over its rows: this thread owns channel
     // j = ty + k * SCAN_THREADS_T < SCAN_VEC of its column, `c` within the tile.
     auto owned = [&](int k, int& c) {
@@ -482,12 +512,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             int c;
             if (owned(k, c) && at.active) {
                 float cr = carry[k];
-#pragma unroll
-                for (int r = 0; r < SCAN_THREADS_T; ++r) {  // row r's carry-in replaces its map's a
-                    const float a = s_a[r][c];
+                for_rows(c, Rows<SCAN_PHASE2_BATCH>(), [&](int r, float a, float b) {  // row r's carry-in replaces its a
                     s_a[r][c] = cr;
-                    cr = fmaf(a, cr, s_b[r][c]);
-                }
+                    cr = fmaf(a, cr, b);
+                });
                 carry[k] = cr;
             }
         }
@@ -507,12 +535,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;
             if (owned(k, c)) {
-#pragma unroll
-                for (int r = 0; r < SCAN_THREADS_T; ++r) {
-                    const float a = s_a[r][c];
-                    acc_b[k] = fmaf(a, acc_b[k], s_b[r][c]);
+                for_rows(c, Rows<SCAN_ROW_BATCH>(), [&](int, float a, float b) {
+                    acc_b[k] = fmaf(a, acc_b[k], b);
                     acc_a[k] = a * acc_a[k];
-                }
+                });
             }
         }
         __syncthreads();
@@ -628,11 +654,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             for (int k = 0; k < SCAN_OWNED; ++k) {
                 int c;
                 if (owned(k, c)) {
-#pragma unroll
-                    for (int r = 0; r < SCAN_THREADS_T; ++r) {
-                        lb[k] = fmaf(la[k], s_b[r][c], lb[k]);
-                        la[k] *= s_a[r][c];
-                    }
+                    for_rows(c, Rows<SCAN_ROW_BATCH>(), [&](int, float a, float b) {
+                        lb[k] = fmaf(la[k], b, lb[k]);
+                        la[k] *= a;
+                    });
                     open |= la[k] != 0.0f;
                 }
             }
