@@ -25,6 +25,7 @@
 
 #include "cells/ops.cuh"
 #include "runtime/async_copy.cuh"
+#include "runtime/relaxed_words.cuh"
 
 typedef unsigned int u32;
 
@@ -502,16 +503,6 @@ struct ClusterExchange {
 #define ROW_WORDS (K_DIM / PAYLOAD_ELEMS)
 #define EXCHANGE_LOADS 8  // 16-byte loads (two words) per thread in flight while polling (tiling.EXCHANGE_LOADS)
 static_assert(ROW_WORDS % 2 == 0, "word pairs do not straddle batch rows");
-
-__device__ __forceinline__ void store_word_relaxed(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ ulonglong2 load_words_relaxed(const unsigned long long* p) {
-    ulonglong2 v;
-    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p) : "memory");
-    return v;
-}
 
 struct GlobalExchange {
     unsigned long long* slots;  // this (batch tile, head)'s two slots

@@ -42,6 +42,7 @@
 #endif
 #include "cells/ops.cuh"
 #include "runtime/async_copy.cuh"
+#include "runtime/relaxed_words.cuh"
 
 #if SCAN_DTYPE == 0
 typedef float elem_t;
@@ -202,14 +203,7 @@ typedef unsigned long long word_t;
 // and b of its map. Words from earlier launches carry older epochs (and zeroed words epoch 0), so they read as "not
 // yet published": the workspace is zeroed only when it grows or the host's epoch counter wraps.
 __device__ __forceinline__ void publish(word_t* p, float v, unsigned tag) {
-    const word_t w = (static_cast<word_t>(tag) << 32) | __float_as_uint(v);
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-
-__device__ __forceinline__ word_t read_word(const word_t* p) {
-    word_t w;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-    return w;
+    store_word_relaxed(p, (static_cast<word_t>(tag) << 32) | __float_as_uint(v));
 }
 
 // A predecessor's map for one channel from its words: a final state s as the constant map (0, s), else its own map
@@ -629,8 +623,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #pragma unroll
                     for (int j = 0; j < SCAN_VEC; ++j) {
                         if (stale & (1u << j)) {
-                            wb[j] = read_word(seg_b + w + j);
-                            wa[j] = read_word(seg_a + w + j);
+                            wb[j] = load_word_relaxed(seg_b + w + j);
+                            wa[j] = load_word_relaxed(seg_a + w + j);
                         }
                     }
 #pragma unroll
