@@ -248,8 +248,9 @@ def map_register_need(problem: ScanProblem, map_values):
 
 
 def static_smem(threads_t: int, tile: int) -> int:
-    """Bytes of the kernel's static shared memory: the rows' maps s_a, s_b (fp32 [threads_t][tile + 4])."""
-    return 8 * threads_t * (tile + 4)
+    """Bytes of the kernel's static shared memory: the rows' maps s_a, s_b (fp32 [threads_t][tile + 4]), rounded up to
+    the 128 bytes at which the staged chunks start."""
+    return -(-8 * threads_t * (tile + 4) // 128) * 128
 
 
 def stage_bytes(problem: ScanProblem, chunk_len: int, tile: int, stages: int) -> int:

@@ -1,7 +1,7 @@
 """Scan plans: valid for several GPU models (every named constraint holds, hwmodels' occupancy admits the block
 with the promised min_blocks at the register need, enough resident warps), the carry mode the time model finds
 fastest, chunks that cover any T, and every rendered source (each carry mode) compiles with nvcc for sm_80 and sm_90
-with no spills and at most the plan's register estimate."""
+with no spills, at most the plan's register estimate and the plan's static shared memory."""
 from __future__ import annotations
 
 import re
@@ -184,3 +184,6 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
         regs = int(re.search(r"Used (\d+) registers", log).group(1))
         assert regs <= p.regs_estimate, f"{p}: ptxas used {regs} registers, above the estimate"
         assert regs * p.threads * p.min_blocks <= gpu.regs_per_sm, f"{p}: {regs} registers"
+        # the plan's static shared memory is what ptxas lays out, the staged chunks starting 128-byte aligned after it
+        smem = int(re.search(r"(\d+) bytes smem", log).group(1))
+        assert smem == p.smem_bytes and smem % 128 == 0, f"{p}: ptxas laid out {smem} bytes of static shared memory"
