@@ -15,8 +15,8 @@ import hwmodels
 import pytest
 
 from flashrnn_kernels.runtime.compile import KERNEL_DIR
-from flashrnn_kernels.scan.plan import (CARRIES, build_model, carry_plan, estimate_ns, min_resident_warps, objective,
-                                        WORK_MODELS, plan, register_cap, register_need)
+from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
+                                        objective, WORK_MODELS, plan, register_cap, register_need)
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
 from tests.nvcc import NVCC, requires_nvcc
 
@@ -171,6 +171,10 @@ def _ptxas(source: str, arch: str, tmp: Path) -> str:
     return out.stderr
 
 
+def _static_smem(ptxas_log: str) -> int:
+    return int(re.search(r"(\d+) bytes smem", ptxas_log).group(1))
+
+
 @requires_nvcc
 @pytest.mark.parametrize("arch,gpu_name", [("sm_80", "A100-SXM4-80GB"), ("sm_90", "H200-SXM-141GB")])
 def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path):
@@ -186,8 +190,8 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
         assert regs <= p.regs_estimate, f"{p}: ptxas used {regs} registers, above the estimate"
         assert regs * p.threads * p.min_blocks <= gpu.regs_per_sm, f"{p}: {regs} registers"
         # the plan's static shared memory is what ptxas lays out, the staged chunks starting 128-byte aligned after it
-        smem = int(re.search(r"(\d+) bytes smem", log).group(1))
-        assert smem == p.smem_bytes and smem % 128 == 0, f"{p}: ptxas laid out {smem} bytes of static shared memory"
+        smem = _static_smem(log)
+        assert smem == p.smem_bytes and smem % STAGE_ALIGN == 0, f"{p}: ptxas laid out {smem} bytes of static smem"
 
 
 @requires_nvcc
@@ -198,5 +202,4 @@ def test_stage_starts_128_byte_aligned_after_rows_that_end_off_it(tmp_path):
     p = dataclasses.replace(plan(ScanProblem.for_shape("min_lstm", 64, 4096, 512, "float32", "backward"), gpu),
                             threads_d=64, threads_t=2)
     assert 8 * p.threads_t * (p.tile + 4) % 128 == 64
-    log = _ptxas(p.source(), "sm_90", tmp_path)
-    assert int(re.search(r"(\d+) bytes smem", log).group(1)) == p.smem_bytes == 4224
+    assert _static_smem(_ptxas(p.source(), "sm_90", tmp_path)) == p.smem_bytes == 4224
