@@ -19,7 +19,9 @@ requires. `--quick` measures linear_scan alone at [B, T, D] = [8, 4096, 1536] an
 `--plans` times the best plan of each carry mode (whole, resident, chained lanes) and their neighbours next to
 the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of a grid
 (results/scan_block_sweep.*); `--thin-sweep` every chained (and resident) block shape of every scan kernel at
-[1, 65536, 64] (`--thin-dtypes`, `--thin-directions`; results/scan_thin_sweep.*).
+[1, 65536, 64] (`--thin-dtypes`, `--thin-directions`; results/scan_thin_sweep.*); `--gate-sweep` every whole-lane
+block shape of the minGRU / minLSTM kernels at [64, 4096, 512] and [8, 4096, 1536] (same dtype and direction
+options; results/scan_gate_sweep.*), the kernels compiled in parallel first.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import plot, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
+from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
 from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, WORK_MODELS, carry_plan, estimate_ns,  # noqa: E402
                                         register_cap, register_need)
@@ -291,6 +294,54 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
     return rows
 
 
+GATE_GRID = {"threads_d": (4, 8, 16, 32, 64), "threads_t": (2, 4, 8, 16, 32), "steps": (2, 4, 8)}
+GATE_SHAPES = ((64, 4096, 512), (8, 4096, 1536))
+
+
+def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directions=("forward", "backward"),
+               shapes=GATE_SHAPES) -> list[dict]:
+    """Every whole-lane block shape of GATE_GRID (the solver's plan's stages and vec; at least 2 warps and 16 steps
+    per chunk) for the minGRU / minLSTM kernels of `cells`, `dnames` and `directions` at each of `shapes`: each
+    checked against the solver's plan's outputs, then timed next to the time model's estimate. The kernels are
+    compiled first, in parallel."""
+    jobs = []
+    for cell, dname, direction, shape in itertools.product(cells, dnames, directions, shapes):
+        n = 2 if cell == "min_gru" else 3
+        like = torch.empty(shape, device="cuda", dtype=THIN_DTYPES[dname])
+        chosen = device_plan(cell, like, direction)
+        gpu = _device_gpu(like.device.index or 0)
+        base = carry_plan(chosen.problem, gpu, "whole")
+        trials = [trial for _, trial in _grid_trials(base, GATE_GRID, gpu, shape[2])]
+        jobs.append((cell, dname, direction, shape, n, chosen, gpu, [chosen] + [t for t in trials if t != chosen]))
+    precompile([trial.source() for *_, trials in jobs for trial in trials])
+    rows = []
+    for cell, dname, direction, shape, n, chosen, gpu, trials in jobs:
+        dtype = THIN_DTYPES[dname]
+        inputs = tuple(torch.randn(*shape, device="cuda").to(dtype) for _ in range(n))
+        dy = torch.randn(*shape, device="cuda").to(dtype)
+        extra = {}
+        if direction == "backward":
+            extra = {"dy": dy, "h": run_scan(cell, "forward", inputs, None)[0]}
+        moved = (n + 1 if direction == "forward" else 2 * n + 2) * dy.numel() * dy.element_size()
+        expected = None
+        for trial in trials:  # the solver's plan first
+            run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
+            got = [t.float() for t in run()[:n]]
+            expected = got if expected is None else expected
+            err = max(float((g - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+            (_, ms), terr = _time(run)
+            rows.append({"cell": cell, "direction": direction, "dtype": dname, "shape": "x".join(map(str, shape)),
+                         "threads_d": trial.threads_d, "threads_t": trial.threads_t, "vec": trial.vec,
+                         "steps": trial.steps, "stages": trial.stages, "min_blocks": trial.min_blocks,
+                         "lanes": shape[0] * trial.d_tiles(shape[2]), "solver's plan": trial == chosen,
+                         "us": 1e3 * ms, "model us": _model_us(trial, gpu),
+                         "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
+                         "rel err vs solver's plan": err, "error": terr or ""})
+            print(rows[-1], flush=True)
+        del inputs, dy, extra
+    return rows
+
+
 def _neighbours(base):
     """`base` and the plans one step away from it in one field (threads_d, threads_t, steps: halved or doubled;
     stages, except for chained plans, which stage one chunk: one more or fewer, at least two)."""
@@ -428,6 +479,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--thin-directions", default="forward,backward", help="directions of --thin-sweep")
     parser.add_argument("--thin-decays", choices=tuple(THIN_DECAYS), default="half",
                         help="linear_scan decays of --thin-sweep: uniform in (0.5, 1) or in (0.999, 1)")
+    parser.add_argument("--gate-sweep", nargs="?", const="min_gru,min_lstm", metavar="CELLS",
+                        help="only the whole-lane block-shape sweep (GATE_GRID) of these minGRU / minLSTM kernels at "
+                             "GATE_SHAPES (--thin-dtypes, --thin-directions choose dtypes and directions)")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -450,6 +504,12 @@ def main(argv=None) -> list[dict]:
         print(write_results("scan_thin_sweep" + ("" if args.thin_decays == "half" else f"_{args.thin_decays}"), rows,
                             title=f"scan kernels at [1, 65536, 64] ({args.thin_dtypes}; linear_scan decays "
                                   f"{THIN_DECAYS[args.thin_decays]}): chained and resident block shapes",
+                            notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
+        return rows
+    if args.gate_sweep:
+        rows = gate_sweep(copy_bw, tuple(args.gate_sweep.split(",")), tuple(args.thin_dtypes.split(",")),
+                          tuple(args.thin_directions.split(",")))
+        print(write_results("scan_gate_sweep", rows, title="minGRU / minLSTM kernels: whole-lane block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
     if args.sweep:

@@ -8,7 +8,9 @@ nvcc.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
+import multiprocessing
 import os
 import tempfile
 from pathlib import Path
@@ -102,3 +104,20 @@ def get_kernel(source: str, name: str, options: tuple[str, ...] = (), dynamic_sm
     if kernel.max_dynamic_shared_size_bytes < dynamic_smem:
         kernel.max_dynamic_shared_size_bytes = dynamic_smem
     return kernel
+
+
+def _compile_only(source: str, options: tuple[str, ...]) -> None:
+    load_module(source, options)
+
+
+def precompile(sources: list[str], options: tuple[str, ...] = (), workers: int | None = None) -> None:
+    """Compile `sources` in parallel worker processes (one per CPU by default), so that CuPy's disk cache holds their
+    cubins and the calling process loads them without compiling (sweeps over many kernel variants)."""
+    todo = sorted(set(sources))
+    if len(todo) < 2:
+        for source in todo:
+            load_module(source, options)
+        return
+    context = multiprocessing.get_context("spawn")  # a forked child cannot use the parent's CUDA context
+    with concurrent.futures.ProcessPoolExecutor(workers or os.cpu_count(), mp_context=context) as pool:
+        list(pool.map(_compile_only, todo, [options] * len(todo)))  # raises the first worker's CompileError

@@ -160,9 +160,12 @@ class WorkModel:
     """A block's own work per chunk besides its rows and elements: barriers and loop, without memory waits."""
     row_ns: int
     """Phase 2 combines the thread rows' maps one after another: per row and chunk."""
-    element_ns: int
-    """Per element (step x channel) each thread handles per chunk: a warp runs the phases as one dependent
-    instruction stream."""
+    element_ns: tuple[int, int]
+    """Per element (step x channel) each thread handles per chunk, forward and backward, in full-precision math: a
+    warp runs the phases as one dependent instruction stream, so a block with more elements per thread waits
+    longer, however many warps share its SM."""
+    fast_element_ns: tuple[int, int]
+    """element_ns with the hardware approximations (ScanProblem.fast_math)."""
     chained_ns: int
     """A chained launch's fixed time besides its waves."""
     chained_step_ns: tuple[int, int]
@@ -177,6 +180,8 @@ class WorkModel:
     and backward."""
     prefer_occupancy: bool
     """Where the model ties, whether more resident blocks per SM win (see `objective`)."""
+    prefer_small_blocks: bool
+    """Where the model ties, whether blocks of fewer warps win (see `objective`)."""
     resident: bool
     """Whether lanes may be split into resident segments (each streams its inputs twice and runs its chunks' work
     twice)."""
@@ -184,47 +189,53 @@ class WorkModel:
 
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
-                        sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=10, chained_ns=12000,
+                        sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=(10, 10),
+                        fast_element_ns=(10, 10), chained_ns=12000,
                         chained_step_ns=(0, 0), chained_steps=16, chained_max_rows=0, chained_off_ns=(0, 0),
-                        prefer_occupancy=True, resident=True),
+                        prefer_occupancy=True, prefer_small_blocks=False, resident=True),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
-                         sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=0,
+                         sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=(100, 290),
+                         fast_element_ns=(50, 200),
                          chained_ns=0, chained_step_ns=(0, 3000), chained_steps=4, chained_max_rows=16,
-                         chained_off_ns=(2000, 0), prefer_occupancy=False, resident=False),
+                         chained_off_ns=(2000, 0), prefer_occupancy=False, prefer_small_blocks=True, resident=False),
 }
-WORK_MODELS["min_lstm"] = WORK_MODELS["min_gru"]
+WORK_MODELS["min_lstm"] = dataclasses.replace(WORK_MODELS["min_gru"], element_ns=(130, 400), fast_element_ns=(60, 260))
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T, 1536]).
-The linear scan's whole lanes, timed side by side (`bench_scan.py --sweep` and alternating rounds of the best
-shapes, 2026-11-30, T = 4,096 / 16,384 / 65,536): rows of 256 bytes streamed best in both dtypes (fp32 16 x 4
-threads, 4 steps, 4 stages: 95.9 / 97.2 / 96.5% of copy; bf16 16 x 8, 8 steps, 3 stages: 92.3 / 98.4 / 99.0%),
-against the earlier plans' rows of 384 bytes (fp32 24 x 8: 86.5 / 89.6 / 92.3%) and 192 bytes (bf16 12 x 32: 84.7 /
-84.5 / 86.1%); 128-byte bf16 rows reached at most 78%, 512-byte rows 94-96% (fp32) and 41% (bf16: 48 lanes); blocks
-with fewer than 4 warps on their SM fell behind (bf16 16 x 4: 57-60%). Hence whole_row_bytes and busy_warps;
-chunk_ns and LATENCY_NS were refitted so that the model ranks those shapes first. Earlier sweeps: rows of 64 bytes
-streamed at most 66% (fp32) / 77% (bf16) of copy, rows of 128-256 bytes 88-96% / 85-98%; 96 lanes on 96 SMs reached
-88% (bf16); with one block of 8 rows per SM, 2, 4 and 8 steps per thread streamed at 41%, 68% and 93-98% (bf16),
-which chunk_ns, row_ns and element_ns fit. The plans before (bf16 tiles of 96 channels, fp32 of 96) measured 85-87%
-(bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536, against 55-64% (bf16) for the 64-byte rows of the minGRU /
-minLSTM model. Its chained launches at [1, 65536, 64] took 21-25 us at every block shape of 8 or 16 steps per thread
-(fp32 forward, two waves; `scan_thin_sweep.csv`), about 12 us more than the waves' model (chained_ns), while
-resident segments measured within 10% of the model; with chained_ns the planner takes resident segments for [1,
-65536, 64] (H200, against the chained plans: fp32 forward 19.4 / 23.4 us, backward 60.3 / 56.0 us; bf16 12.8 / 13.5
-and 25.8 / 35.9 us) and for the short [3, 1000, 96] and [1, 5000, 64] (forward 0.83-1.13x, backward 1.6-2.0x the
-chained plans' speed). The minGRU / minLSTM kernels compute exponentials and reciprocals per element and run faster
-with more, narrower lanes (more warps per SM): under the linear scan's model their plans took 10-70% longer (min_gru
-fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). On the thin [1, 65536, 64] (chained segments; `bench_scan.py
---thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives longer the more steps each thread handles, in the
-backward most: fp32 backward with 2 / 4 / 8 steps per thread 67 / 66 / 93 us (minGRU) and 84 / 98 / 220 us (minLSTM)
-at one chunk per block; chained_step_ns = 3000 backward picks 4 steps there. The forward runs best at 4 steps per
-thread in both dtypes (H200, 2026-12-01, `--thin-sweep min_gru,min_lstm --thin-dtypes fp32,bf16`: fp32 minGRU 2 / 4
-/ 8 steps at best 45.3 / 40.0 / 45.8 us, minLSTM 50.3 / 47.6 / 67.7; bf16 minGRU 36.8 / 29.5 / -, minLSTM 44.5 /
-37.6 / -), which the waves' model does not see (every shape there streams the same elements per SM and wave), so a
-forward chained block's lifetime grows by chained_off_ns per halving or doubling away from chained_steps (the plans
-of 8 steps had taken 53.7 / 67.7 us). Its thread rows are capped (chained_max_rows): with decays near 1 (minGRU,
-k ~ -12, [2, 20000, 64] fp32) the forward's error against fp64 grew with them, 7.7e-6 / 1.4e-5 / 2.7e-5 at 8 / 16 /
-32 rows of 4 steps, where the sequential fp32 loop's is 0.8-1.3e-5. Resident segments run
-their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and
-backward, bf16 backward), so they are not offered."""
+The linear scan's whole lanes, timed side by side (`bench_scan.py --sweep` and alternating rounds of the best shapes,
+2026-11-30, T = 4,096 / 16,384 / 65,536): rows of 256 bytes streamed best in both dtypes (fp32 16 x 4 threads, 4 steps,
+4 stages: 95.9 / 97.2 / 96.5% of copy; bf16 16 x 8, 8 steps, 3 stages: 92.3 / 98.4 / 99.0%), against the earlier plans'
+rows of 384 bytes (fp32 24 x 8: 86.5 / 89.6 / 92.3%) and 192 bytes (bf16 12 x 32: 84.7 / 84.5 / 86.1%); 128-byte bf16
+rows reached at most 78%, 512-byte rows 94-96% (fp32) and 41% (bf16: 48 lanes); blocks with fewer than 4 warps on their
+SM fell behind (bf16 16 x 4: 57-60%). Hence whole_row_bytes and busy_warps; chunk_ns and LATENCY_NS were refitted so
+that the model ranks those shapes first. Earlier sweeps: rows of 64 bytes streamed at most 66% (fp32) / 77% (bf16) of
+copy, rows of 128-256 bytes 88-96% / 85-98%; 96 lanes on 96 SMs reached 88% (bf16); with one block of 8 rows per SM, 2,
+4 and 8 steps per thread streamed at 41%, 68% and 93-98% (bf16), which chunk_ns, row_ns and element_ns fit. The plans
+before (bf16 tiles of 96 channels, fp32 of 96) measured 85-87% (bf16) and 88-93% (fp32) of copy for T = 4,096 to 65,536,
+against 55-64% (bf16) for the 64-byte rows of the minGRU / minLSTM model. Its chained launches at [1, 65536, 64] took
+21-25 us at every block shape of 8 or 16 steps per thread (fp32 forward, two waves; `scan_thin_sweep.csv`), about 12 us
+more than the waves' model (chained_ns), while resident segments measured within 10% of the model; with chained_ns the
+planner takes resident segments for [1, 65536, 64] (H200, against the chained plans: fp32 forward 19.4 / 23.4 us,
+backward 60.3 / 56.0 us; bf16 12.8 / 13.5 and 25.8 / 35.9 us) and for the short [3, 1000, 96] and [1, 5000, 64] (forward
+0.83-1.13x, backward 1.6-2.0x the chained plans' speed). The minGRU / minLSTM kernels compute exponentials and
+reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
+their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). Their whole lanes are latency-
+bound per thread: in every whole-lane block shape of `bench_scan.py --gate-sweep` (H200, 2026-12-01, [64, 4096, 512] and
+[8, 4096, 1536], fp32 and bf16, both directions, 22-38 shapes each) the time fell with the elements each thread handles,
+not with the block's width: at [64, 4096, 512] threads of 8,192 elements (the earlier plans: one block of 4 warps per
+SM) took 2.0-2.6x as long as threads of 2,048 (minGRU fp32 backward 2.36 ms against 0.99 ms). element_ns and
+fast_element_ns are those threads' time per element (latency-bound, 4 warps per SM); chunk_ns stays per chunk. On the
+thin [1, 65536, 64] (chained segments; `bench_scan.py --thin-sweep`, 2026-11-30) a minGRU / minLSTM chained block lives
+longer the more steps each thread handles, in the backward most: fp32 backward with 2 / 4 / 8 steps per thread 67 / 66 /
+93 us (minGRU) and 84 / 98 / 220 us (minLSTM) at one chunk per block; chained_step_ns = 3000 backward picks 4 steps
+there. The forward runs best at 4 steps per thread in both dtypes (H200, 2026-12-01, `--thin-sweep min_gru,min_lstm
+--thin-dtypes fp32,bf16`: fp32 minGRU 2 / 4 / 8 steps at best 45.3 / 40.0 / 45.8 us, minLSTM 50.3 / 47.6 / 67.7; bf16
+minGRU 36.8 / 29.5 / -, minLSTM 44.5 / 37.6 / -), which the waves' model does not see (every shape there streams the
+same elements per SM and wave), so a forward chained block's lifetime grows by chained_off_ns per halving or doubling
+away from chained_steps (the plans of 8 steps had taken 53.7 / 67.7 us). Its thread rows are capped (chained_max_rows):
+with decays near 1 (minGRU, k ~ -12, [2, 20000, 64] fp32) the forward's error against fp64 grew with them, 7.7e-6 /
+1.4e-5 / 2.7e-5 at 8 / 16 / 32 rows of 4 steps, where the sequential fp32 loop's is 0.8-1.3e-5. Resident segments run
+their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and backward,
+bf16 backward), so they are not offered."""
 
 
 def min_resident_warps(carry: str, direction: str) -> int:
@@ -351,7 +362,7 @@ class ScanPlan:
             "SCAN_CELL": CELLS.index(self.problem.cell),
             "SCAN_REVERSE": int(self.problem.direction == "backward"),
             "SCAN_DTYPE": list(DTYPES).index(self.problem.dtype),
-            "SCAN_FAST": int(self.problem.dtype != "float32"),
+            "SCAN_FAST": int(self.problem.fast_math),
         }
 
     def source(self) -> str:
@@ -413,6 +424,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([threads >= work.min_warps * gpu.warp_size, tt == max(POW2_ROWS)]),
           name="min_warps_unless_rows_are_at_most")
     m.add(chunk >= MIN_CHUNK, name="chunk_at_least_min")
+    block_warps = m.int_var(0, gpu.max_threads_per_block // gpu.warp_size, "preferred_block_warps")  # a tie-break
+    m.add(block_warps * gpu.warp_size == (threads * (1 - split) if work.prefer_small_blocks else 0),
+          name="preferred_block_warps_definition")
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
     min_tile = min(work.min_row_bytes // esize, 1 << (dim.bit_length() - 1))
@@ -486,6 +500,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
     backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
+    element_ns = (work.fast_element_ns if problem.fast_math else work.element_ns)[backward]
     if backward:  # resident segments are the linear scan's only
         m.add(m.any_of([resident == 0, steps <= RESIDENT_BACKWARD_MAX_STEPS]), name="resident_backward_steps")
         m.add(m.any_of([resident == 0, tt >= RESIDENT_BACKWARD_MIN_ROWS]), name="resident_backward_rows")
@@ -496,7 +511,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
         "wave_sm_share": _ceil_div(seg_elems * sm_per_elem * per_sm * gpu.sm_count * work.sm_share[1],
                                    bw * work.sm_share[0]),
         "wave_latency": _ceil_div(seg_elems * sm_per_elem * LATENCY_NS, in_flight),
-        "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt + work.element_ns * steps * vec),
+        # (a chained block's elements are in its lifetime, chained_step_ns, fitted without them)
+        "wave_work": seg_chunks * (1 + split) * (work.chunk_ns + work.row_ns * tt
+                                                 + (1 - chained) * element_ns * steps * vec),
         "wave_chained_block": chained * (LATENCY_NS + 2 * work.chunk_ns + CHAINED_ROUND_NS
                                          + work.chained_step_ns[backward] * steps
                                          + work.chained_off_ns[backward] * steps_off),
@@ -515,15 +532,19 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
 
 
 def objective(m: constrint.Model):
-    """The modelled time, then whole lanes, fewer rows (shorter phase 2), more threads along D and, for chained
+    """The modelled time, then whole lanes, then for the minGRU / minLSTM kernels' whole lanes
+    (WorkModel.prefer_small_blocks) blocks of fewer warps (H200, 2026-12-01, `bench_scan.py --gate-sweep`, 16 kernels:
+    blocks of 4 warps were the fastest in 13 and within 1.1% of it in the other 3; the best blocks of 8 warps took up to
+    1.29x as long, of 16 warps up to 1.78x), fewer rows (shorter phase 2), more threads along D and, for chained
     segments, steps per thread nearer WorkModel.chained_steps (measured faster where the model ties: H200, linear_scan
-    [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the
-    linear scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32,
-    blocks of 16 x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks,
-    161.3 us)."""
+    [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the linear
+    scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16
+    x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us). Each term's
+    weight exceeds the sum of the later ones."""
     v = m.var
-    return (2048 * v("time_ns") + 16 * (64 * (v("resident") + v("chained")) + v("threads_t") + 32 // v("threads_d")
-                                        + 4 * v("chained") * v("steps_from_preferred")) + 16 - v("preferred_occupancy"))
+    ties = (8192 * (v("resident") + v("chained")) + 65 * v("preferred_block_warps") + v("threads_t")
+            + 32 // v("threads_d") + 4 * v("chained") * v("steps_from_preferred"))
+    return 2**18 * v("time_ns") + 16 * ties + 16 - v("preferred_occupancy")
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:

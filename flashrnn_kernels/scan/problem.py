@@ -62,5 +62,11 @@ class ScanProblem:
         return self.input_count + 1 if self.direction == "forward" else 2 * self.input_count + 2
 
     @property
+    def fast_math(self) -> bool:
+        """Whether the kernel uses the hardware exponential and reciprocal approximations (bf16 / fp16 storage,
+        whose rounding is 2^-8 / 2^-11; fp32 keeps full-precision math)."""
+        return self.dtype != "float32"
+
+    @property
     def element_bytes(self) -> int:
         return DTYPES[self.dtype]

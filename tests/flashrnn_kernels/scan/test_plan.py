@@ -122,6 +122,20 @@ def test_thin_plans_follow_the_measured_carries():
                     carry_plan(p.problem, gpu, "resident")
 
 
+def test_wide_gate_plans_follow_the_gate_sweep():
+    """[64, 4096, 512] and [8, 4096, 1536] on an H200 (`bench_scan.py --gate-sweep`, scan_gate_cells_ab.md): the
+    minGRU / minLSTM kernels run whole lanes in blocks of 4 warps whose threads handle at most 2,048 elements (the
+    earlier plans' threads of 8,192 at [64, 4096, 512] took 1.7-2.6x as long)."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for cell in ("min_gru", "min_lstm"):
+        for dtype in ("float32", "bfloat16"):
+            for direction in ("forward", "backward"):
+                for B, T, D in ((64, 4096, 512), (8, 4096, 1536)):
+                    p = plan(ScanProblem.for_shape(cell, B, T, D, dtype, direction), gpu)
+                    assert p.carry == "whole" and p.threads == 128
+                    assert T * p.vec // p.threads_t <= 2048
+
+
 def test_tiny_hidden_sizes_have_plans():
     """D of a few channels (an 8-channel fp32 row is 2 threads of 4): fewer than four warps, the rows at their
     most."""
