@@ -112,7 +112,8 @@ def _compile_only(source: str, options: tuple[str, ...]) -> None:
 
 def precompile(sources: list[str], options: tuple[str, ...] = (), workers: int | None = None) -> None:
     """Compile `sources` in parallel worker processes (one per CPU by default), so that CuPy's disk cache holds their
-    cubins and the calling process loads them without compiling (sweeps over many kernel variants)."""
+    cubins and the calling process loads them without compiling (sweeps over many kernel variants). The workers are
+    spawned, so they import the calling script: its own work belongs under `if __name__ == "__main__":`."""
     todo = sorted(set(sources))
     if len(todo) < 2:
         for source in todo:
