@@ -1,7 +1,8 @@
 """Scan plans: valid for several GPU models (every named constraint holds, hwmodels' occupancy admits the block
 with the promised min_blocks at the register need, enough resident warps), the carry mode the time model finds
 fastest, chunks that cover any T, and every rendered source (each carry mode) compiles with nvcc for sm_80 and sm_90
-with no spills, at most the plan's register estimate and the plan's static shared memory."""
+with no spills, at most the plan's register estimate and the plan's static shared memory; the fp32 gate kernels
+divide without IEEE-rounded division (a slow-path branch in SASS)."""
 from __future__ import annotations
 
 import dataclasses
@@ -217,3 +218,22 @@ def test_stage_starts_128_byte_aligned_after_rows_that_end_off_it(tmp_path):
                             threads_d=64, threads_t=2)
     assert 8 * p.threads_t * (p.tile + 4) % 128 == 64
     assert _static_smem(_ptxas(p.source(), "sm_90", tmp_path)) == p.smem_bytes == 4224
+
+
+@requires_nvcc
+def test_fp32_gate_kernels_divide_without_slow_paths(tmp_path):
+    """The fp32 minGRU / minLSTM kernels take their reciprocals as rcp.approx refined by a Newton step. ptxas wraps an
+    IEEE-rounded division or reciprocal (div.rn / rcp.rn) in a branch to a slow path, which kept the elements' math
+    from interleaving: the kernels ran 1.3-1.7x slower (H200, scan_gate_cells_ab.md)."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for cell in ("min_gru", "min_lstm"):
+        for direction in ("forward", "backward"):
+            source = plan(ScanProblem.for_shape(cell, 8, 4096, 1536, "float32", direction), gpu).source()
+            path = tmp_path / f"{cell}_{direction}.cu"
+            path.write_text(source)
+            out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNEL_DIR}", "-o",
+                                  str(path.with_suffix(".ptx")), str(path)], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            ptx = path.with_suffix(".ptx").read_text()
+            assert "rcp.approx.ftz.f32" in ptx
+            assert not re.search(r"\b(?:div|rcp)\.rn\.f32\b", ptx), f"{cell} {direction}: IEEE division in the PTX"
