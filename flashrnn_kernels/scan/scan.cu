@@ -119,25 +119,11 @@ __device__ __forceinline__ void store_pack(elem_t* p, const float (&x)[SCAN_VEC]
     *reinterpret_cast<pack_t*>(p) = out;
 }
 
-// 1 / x for x in [1, 4], the range of every caller. SCAN_FAST (bf16/fp16 storage, rounding 2^-8 / 2^-11): the
-// hardware approximation. fp32: the approximation (at most 1 ulp off) refined by one Newton step, branch-free;
-// __frcp_rn guards special operands with a call to a slow path, and the branch and reconvergence point around every
-// reciprocal kept ptxas from interleaving the elements' math (sm_90: 146 calls in a minGRU backward).
-__device__ __forceinline__ float reciprocal(float x) {
-#if SCAN_FAST
-    return __fdividef(1.0f, x);
-#else
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return fmaf(r, fmaf(-x, r, 1.0f), r);
-#endif
-}
-
 // sigma(x) and sigma(-x) from one exponential and one reciprocal, both accurate in relative terms (no 1 - p
 // cancellation; SCAN_FAST: the exponential is cells/ops.cuh's hardware ex2 approximation).
 __device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
     const float e = cell_exp(-fabsf(x));  // in (0, 1]
-    const float big = reciprocal(1.0f + e), small = e * big;
+    const float big = reciprocal_1_to_4(1.0f + e), small = e * big;
     pos = x >= 0.0f ? big : small;
     neg = x >= 0.0f ? small : big;
 }
@@ -151,11 +137,11 @@ __device__ __forceinline__ float sigmoid_of_neg(float x) {
 // g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise, and its derivative (1, or sigmoid(x) sigmoid(-x)).
 __device__ __forceinline__ float candidate(float x) {
     const float e = cell_exp(fminf(x, 0.0f));
-    return x >= 0.0f ? x + 0.5f : e * reciprocal(1.0f + e);
+    return x >= 0.0f ? x + 0.5f : e * reciprocal_1_to_4(1.0f + e);
 }
 
 __device__ __forceinline__ float candidate_grad(float x) {
-    const float e = cell_exp(fminf(x, 0.0f)), r = reciprocal(1.0f + e);
+    const float e = cell_exp(fminf(x, 0.0f)), r = reciprocal_1_to_4(1.0f + e);
     return x >= 0.0f ? 1.0f : e * r * r;
 }
 
@@ -166,7 +152,7 @@ __device__ __forceinline__ void lstm_gates(float x1, float x2, float& a, float& 
     const float m = fmaxf(0.0f, -fminf(x1, x2));
     const float em = cell_exp(-m);
     const float u1 = em + cell_exp(-x1 - m), u2 = em + cell_exp(-x2 - m);
-    const float r = reciprocal(u1 + u2);
+    const float r = reciprocal_1_to_4(u1 + u2);
     a = u2 * r;
     bi = u1 * r;
 }
