@@ -2,9 +2,10 @@
 // one helper here) and dtype conversions for the kernels. Compiles under NVRTC and nvcc.
 //
 // Accuracy: by default every helper uses the full-precision CUDA math library (expf, tanhf, logf, log1pf: at
-// most 2 ulp), so a step agrees with an fp32 reference to about 1e-6 relative. Defining
-// FLASHRNN_FAST_ACTIVATIONS (meant for bf16/fp16 storage, whose rounding is 2^-8 / 2^-11) switches tanh and
-// sigmoid to the hardware tanh.approx.f32 (sm_75+, relative error about 2^-11) and exp/log to __expf/__logf.
+// most 2 ulp) and reciprocals within 1 ulp (reciprocal_1_to_4), so a step agrees with an fp32 reference to about
+// 1e-6 relative. Defining FLASHRNN_FAST_ACTIVATIONS (meant for bf16/fp16 storage, whose rounding is 2^-8 / 2^-11)
+// switches tanh and sigmoid to the hardware tanh.approx.f32 (sm_75+, relative error about 2^-11), exp/log to
+// __expf/__logf and reciprocals to __fdividef.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -38,7 +38,7 @@
 #endif
 
 #if SCAN_FAST
-#define FLASHRNN_FAST_ACTIVATIONS 1  // cell_exp is the hardware ex2 approximation
+#define FLASHRNN_FAST_ACTIVATIONS 1  // cell_exp and reciprocal_1_to_4: the hardware approximations
 #endif
 #include "cells/ops.cuh"
 #include "runtime/async_copy.cuh"
