@@ -19,7 +19,7 @@ from flashrnn_kernels.runtime.compile import KERNEL_DIR
 from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
                                         objective, WORK_MODELS, plan, register_cap, register_need)
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
-from tests.nvcc import NVCC, requires_nvcc
+from tests.nvcc import NVCC, assert_divides_without_slow_paths, requires_nvcc
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
 
@@ -229,11 +229,4 @@ def test_fp32_gate_kernels_divide_without_slow_paths(tmp_path):
     for cell in ("min_gru", "min_lstm"):
         for direction in ("forward", "backward"):
             source = plan(ScanProblem.for_shape(cell, 8, 4096, 1536, "float32", direction), gpu).source()
-            path = tmp_path / f"{cell}_{direction}.cu"
-            path.write_text(source)
-            out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNEL_DIR}", "-o",
-                                  str(path.with_suffix(".ptx")), str(path)], capture_output=True, text=True)
-            assert out.returncode == 0, out.stderr
-            ptx = path.with_suffix(".ptx").read_text()
-            assert "rcp.approx.ftz.f32" in ptx
-            assert not re.search(r"\b(?:div|rcp)\.rn\.f32\b", ptx), f"{cell} {direction}: IEEE division in the PTX"
+            assert_divides_without_slow_paths(source, tmp_path / f"{cell}_{direction}.cu")
