@@ -55,13 +55,22 @@ __device__ __forceinline__ float reciprocal_1_to_4(float x) {
 #endif
 }
 
-// 1 / (1 + e^-x) from e = e^-|x| in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below (exactly 0 once e underflows).
+// sigmoid(x) and sigmoid(-x) from e = e^-|x| in (0, 1] and one reciprocal: 1 / (1 + e) and e / (1 + e), both
+// accurate in relative terms (no 1 - p cancellation; exactly 0 once e underflows).
+__device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
+    const float e = cell_exp(-fabsf(x));
+    const float big = reciprocal_1_to_4(1.0f + e), small = e * big;
+    pos = x >= 0.0f ? big : small;
+    neg = x >= 0.0f ? small : big;
+}
+
 __device__ __forceinline__ float sigmoid(float x) {
 #if FLASHRNN_USE_TANH_APPROX
     return fmaf(0.5f, tanh_approx(0.5f * x), 0.5f);
 #else
-    const float e = cell_exp(-fabsf(x)), r = reciprocal_1_to_4(1.0f + e);
-    return x >= 0.0f ? r : e * r;
+    float pos, neg;
+    sigmoid_pair(x, pos, neg);
+    return pos;
 #endif
 }
 

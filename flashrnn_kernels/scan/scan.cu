@@ -119,15 +119,6 @@ __device__ __forceinline__ void store_pack(elem_t* p, const float (&x)[SCAN_VEC]
     *reinterpret_cast<pack_t*>(p) = out;
 }
 
-// sigma(x) and sigma(-x) from one exponential and one reciprocal, both accurate in relative terms (no 1 - p
-// cancellation; SCAN_FAST: the exponential is cells/ops.cuh's hardware ex2 approximation).
-__device__ __forceinline__ void sigmoid_pair(float x, float& pos, float& neg) {
-    const float e = cell_exp(-fabsf(x));  // in (0, 1]
-    const float big = reciprocal_1_to_4(1.0f + e), small = e * big;
-    pos = x >= 0.0f ? big : small;
-    neg = x >= 0.0f ? small : big;
-}
-
 __device__ __forceinline__ float sigmoid_of_neg(float x) {
     float pos, neg;
     sigmoid_pair(x, pos, neg);
