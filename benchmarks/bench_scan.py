@@ -265,7 +265,7 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
         gpu = _device_gpu(inputs[0].device.index or 0)
         expected = run_scan(cell, direction, inputs, None, **extra, kernel_plan=chosen)[:len(inputs)]
         expected = [t.float() for t in expected]
-        moved = (len(inputs) + 1 if direction == "forward" else 2 * len(inputs) + 2) * dy.numel() * dy.element_size()
+        moved = chosen.problem.traffic_elements * dy.numel() * dy.element_size()
         for carry in ("chained", "resident") if WORK_MODELS[cell].resident else ("chained",):
             base = carry_plan(chosen.problem, gpu, carry)
             grid = THIN_GRID if carry == "chained" else {**THIN_GRID, "stages": (2, 3)}
@@ -306,23 +306,22 @@ def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directi
     compiled first, in parallel."""
     jobs = []
     for cell, dname, direction, shape in itertools.product(cells, dnames, directions, shapes):
-        n = 2 if cell == "min_gru" else 3
         like = torch.empty(shape, device="cuda", dtype=THIN_DTYPES[dname])
         chosen = device_plan(cell, like, direction)
         gpu = _device_gpu(like.device.index or 0)
         base = carry_plan(chosen.problem, gpu, "whole")
         trials = [trial for _, trial in _grid_trials(base, GATE_GRID, gpu, shape[2])]
-        jobs.append((cell, dname, direction, shape, n, chosen, gpu, [chosen] + [t for t in trials if t != chosen]))
+        jobs.append((cell, dname, direction, shape, chosen, gpu, [chosen] + [t for t in trials if t != chosen]))
     precompile([trial.source() for *_, trials in jobs for trial in trials])
     rows = []
-    for cell, dname, direction, shape, n, chosen, gpu, trials in jobs:
-        dtype = THIN_DTYPES[dname]
+    for cell, dname, direction, shape, chosen, gpu, trials in jobs:
+        dtype, n = THIN_DTYPES[dname], chosen.problem.input_count
         inputs = tuple(torch.randn(*shape, device="cuda").to(dtype) for _ in range(n))
-        dy = torch.randn(*shape, device="cuda").to(dtype)
         extra = {}
         if direction == "backward":
-            extra = {"dy": dy, "h": run_scan(cell, "forward", inputs, None)[0]}
-        moved = (n + 1 if direction == "forward" else 2 * n + 2) * dy.numel() * dy.element_size()
+            extra = {"dy": torch.randn(*shape, device="cuda").to(dtype),
+                     "h": run_scan(cell, "forward", inputs, None)[0]}
+        moved = chosen.problem.traffic_elements * inputs[0].numel() * inputs[0].element_size()
         expected = None
         for trial in trials:  # the solver's plan first
             run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
@@ -338,7 +337,7 @@ def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directi
                          "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
                          "rel err vs solver's plan": err, "error": terr or ""})
             print(rows[-1], flush=True)
-        del inputs, dy, extra
+        del inputs, extra
     return rows
 
 
