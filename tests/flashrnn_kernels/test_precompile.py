@@ -2,6 +2,7 @@
 source is compiled once, in spawned worker processes (two or more sources) or in the calling process (one)."""
 from __future__ import annotations
 
+import collections
 import hashlib
 import sys
 import textwrap
@@ -44,10 +45,7 @@ def fake_cupy(tmp_path, monkeypatch):
 
 def _compiled(out) -> dict[str, int]:
     """source hash -> how many times it was compiled."""
-    counts: dict[str, int] = {}
-    for path in out.iterdir():
-        counts[path.name.split(".")[0]] = counts.get(path.name.split(".")[0], 0) + 1
-    return counts
+    return dict(collections.Counter(path.name.split(".")[0] for path in out.iterdir()))
 
 
 def _key(source: str) -> str:
