@@ -16,14 +16,15 @@
 //
 // Blocks and carries: a lane is split into `segments` (a launch argument) runs of consecutive chunks, one block
 // each (block = segment * lanes + lane). A block walks its chunks in order and keeps the carry in registers. With one
-// segment per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more, segment 0
-// walks its chunks from h0 and publishes its final state; every later segment first streams its inputs to fold them
-// into its map h -> A h + B (pass A) and publishes that map, then looks back (decoupled look-back: in rounds of
+// segment per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more, every segment
+// first streams its inputs to fold them into its map h -> A h + B (pass A). Segment 0 then publishes its final state
+// A h0 + B at once; every later one publishes its map and looks back (decoupled look-back: in rounds of
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
-// memory, and a published final state ends the composition), publishes its own final state A carry + B, and walks
-// its chunks again writing the outputs (pass B). A segment of at most SCAN_STAGES chunks is still staged after pass
-// A, so pass B reads it from shared memory (the chained plans: one chunk per segment, one pass over memory);
-// longer ones (the resident plans) stage pass B again, mostly from L2, its first chunks during the look-back.
+// memory, and a published final state ends the composition), then publishes its own final state A carry + B. Each
+// segment then walks its chunks again writing the outputs (pass B). A segment of at most SCAN_STAGES chunks is
+// still staged after pass A, so pass B reads it from shared memory (the chained plans: one chunk per segment, one
+// pass over memory); longer ones (the resident plans) stage pass B again, mostly from L2, its first chunks during the
+// look-back.
 // A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
 // when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
 // starts no later than it (blocks are dispatched in index order), so the waits always end.
@@ -545,29 +546,25 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     };
 
     const ChunkAt lane_at(first, lane, d_tiles, T, D);  // for the lane's batch row and this thread's channels
-    const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
-    const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
-    if (seg == 0) {
+    // the lane's initial state in this thread's owned channels: h0 (forward) or 0
+    auto initial = [&](int k) {
+        const int j = ty + k * SCAN_THREADS_T;
+        if (!SCAN_REVERSE && h0 != nullptr && j < SCAN_VEC && lane_at.active)
+            return to_float(h0[(long long)lane_at.batch * D + lane_at.d + j]);
+        return 0.0f;
+    };
+    if (segments == 1) {
 #pragma unroll
-        for (int k = 0; k < SCAN_OWNED; ++k) {
-            const int j = ty + k * SCAN_THREADS_T;
-            carry[k] = 0.0f;
-            if (!SCAN_REVERSE && h0 != nullptr && j < SCAN_VEC && lane_at.active)
-                carry[k] = to_float(h0[(long long)lane_at.batch * D + lane_at.d + j]);
-        }
+        for (int k = 0; k < SCAN_OWNED; ++k) carry[k] = initial(k);
         prologue();
         walk(scan_chunk, true);
-        if (segments > 1) {
-#pragma unroll
-            for (int k = 0; k < SCAN_OWNED; ++k) {
-                int c;
-                if (owned(k, c)) publish(seg_b + word0 + c, carry[k], final_tag);
-            }
-        }
     } else {
-        const long long mine = word0 + (long long)seg * SCAN_TILE;  // this segment's words
+        const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
+        const long long mine = word0 + (long long)seg * SCAN_TILE;       // this segment's words
+        const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
         const bool kept = end - first <= SCAN_STAGES;  // pass A leaves all of the segment's chunks staged
-        // pass A: the segment's map, published
+        // pass A: the segment's map (segment 0 publishes its final state from it at once, so that the look-backs,
+        // which all end at segment 0 or at a final state published after one, need not wait for its outputs)
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
             acc_a[k] = 1.0f;
@@ -575,26 +572,28 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         }
         prologue();
         walk(fold_chunk, true);
+        if (seg > 0) {
 #pragma unroll
-        for (int k = 0; k < SCAN_OWNED; ++k) {
-            int c;
-            if (owned(k, c)) {
-                publish(seg_a + mine + c, acc_a[k], map_tag);
-                publish(seg_b + mine + c, acc_b[k], map_tag);
+            for (int k = 0; k < SCAN_OWNED; ++k) {
+                int c;
+                if (owned(k, c)) {
+                    publish(seg_a + mine + c, acc_a[k], map_tag);
+                    publish(seg_b + mine + c, acc_b[k], map_tag);
+                }
             }
         }
         if (!kept) prologue();  // pass B's first chunks load during the look-back
 
-        // look-back: round by round, row ty takes predecessor base - ty; the owners compose the rows' maps, nearest
-        // first, into (la, lb) (carry-in = la h + lb) until la is 0 for all of them: a final state was reached (or
-        // the predecessors' a products reached 0, which ends the dependence just as well)
+        // the carry-in la h + lb: segment 0's initial state; elsewhere the look-back, round by round, row ty taking
+        // predecessor base - ty; the owners compose the rows' maps, nearest first, until la is 0 for all of them: a
+        // final state was reached (or the predecessors' a products reached 0, which ends the dependence just as well)
         float la[SCAN_OWNED], lb[SCAN_OWNED];
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
             la[k] = 1.0f;
-            lb[k] = 0.0f;
+            lb[k] = seg == 0 ? initial(k) : 0.0f;
         }
-        for (int base = seg - 1;; base -= SCAN_THREADS_T) {
+        for (int base = seg - 1; base >= 0; base -= SCAN_THREADS_T) {
             const int p = base - ty;
             float ra[SCAN_VEC], rb[SCAN_VEC];
             if (p >= 0) {
