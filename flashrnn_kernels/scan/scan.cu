@@ -595,25 +595,46 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         }
         for (int base = seg - 1; base >= 0; base -= SCAN_THREADS_T) {
             const int p = base - ty;
-            float ra[SCAN_VEC], rb[SCAN_VEC];
+            // the row's threads read predecessor p's words together: thread tx channels 2 (tx + SCAN_THREADS_D i)
+            // and the next, one 16-byte load per array each, so a warp's loads cover whole sectors (a thread's own
+            // SCAN_VEC channels would take one 8-byte load each, four of them per sector); SCAN_VEC odd: its own
+            constexpr int WIDTH = SCAN_VEC % 2 == 0 ? 2 : 1, LOADS = SCAN_VEC / WIDTH;
+            auto channel = [&](int i, int e) {
+                return WIDTH == 2 ? 2 * (tx + SCAN_THREADS_D * i) + e : tx * SCAN_VEC + i;
+            };
+            float ra[SCAN_VEC], rb[SCAN_VEC];  // element WIDTH i + e: channel(i, e)
             if (p >= 0) {
-                const long long w = word0 + (long long)p * SCAN_TILE + tx * SCAN_VEC;
-                // every unpublished channel of the row is reloaded in the same round, so the wait ends about one
-                // L2 round trip after the last of them lands (reloading one channel at a time would chain them)
+                const long long w = word0 + (long long)p * SCAN_TILE;
+                // every unpublished load of the row is reissued in the same round, so the wait ends about one L2
+                // round trip after the last of them lands (reloading one at a time would chain them)
                 word_t wa[SCAN_VEC], wb[SCAN_VEC];
-                unsigned stale = (1u << SCAN_VEC) - 1u;
+                unsigned stale = (1u << LOADS) - 1u;
                 do {
 #pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) {
-                        if (stale & (1u << j)) {
-                            wb[j] = load_word_relaxed(seg_b + w + j);
-                            wa[j] = load_word_relaxed(seg_a + w + j);
+                    for (int i = 0; i < LOADS; ++i) {
+                        if (stale & (1u << i)) {
+                            const long long at = w + channel(i, 0);
+                            if constexpr (WIDTH == 2) {
+                                const ulonglong2 vb = load_words_relaxed(seg_b + at);
+                                const ulonglong2 va = load_words_relaxed(seg_a + at);
+                                wb[2 * i] = vb.x;
+                                wb[2 * i + 1] = vb.y;
+                                wa[2 * i] = va.x;
+                                wa[2 * i + 1] = va.y;
+                            } else {
+                                wb[i] = load_word_relaxed(seg_b + at);
+                                wa[i] = load_word_relaxed(seg_a + at);
+                            }
                         }
                     }
 #pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) {
-                        if ((stale & (1u << j)) && published_map(wa[j], wb[j], map_tag, ra[j], rb[j]))
-                            stale &= ~(1u << j);
+                    for (int i = 0; i < LOADS; ++i) {
+                        bool ready = (stale & (1u << i)) != 0;
+#pragma unroll
+                        for (int e = 0; e < WIDTH; ++e)
+                            ready = ready && published_map(wa[WIDTH * i + e], wb[WIDTH * i + e], map_tag,
+                                                           ra[WIDTH * i + e], rb[WIDTH * i + e]);
+                        if (ready) stale &= ~(1u << i);
                     }
                 } while (stale != 0);
             } else {  // before segment 0, which is always final: the identity
@@ -623,8 +644,14 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     rb[j] = 0.0f;
                 }
             }
-            store_row(s_a, ty, ra);
-            store_row(s_b, ty, rb);
+#pragma unroll
+            for (int i = 0; i < LOADS; ++i) {
+#pragma unroll
+                for (int e = 0; e < WIDTH; ++e) {
+                    s_a[ty][channel(i, e)] = ra[WIDTH * i + e];
+                    s_b[ty][channel(i, e)] = rb[WIDTH * i + e];
+                }
+            }
             __syncthreads();
             int open = 0;
 #pragma unroll
