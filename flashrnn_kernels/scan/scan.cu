@@ -646,10 +646,12 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             }
 #pragma unroll
             for (int i = 0; i < LOADS; ++i) {
-#pragma unroll
-                for (int e = 0; e < WIDTH; ++e) {
-                    s_a[ty][channel(i, e)] = ra[WIDTH * i + e];
-                    s_b[ty][channel(i, e)] = rb[WIDTH * i + e];
+                if constexpr (WIDTH == 2) {  // a channel pair as one 8-byte store
+                    *reinterpret_cast<float2*>(&s_a[ty][channel(i, 0)]) = make_float2(ra[2 * i], ra[2 * i + 1]);
+                    *reinterpret_cast<float2*>(&s_b[ty][channel(i, 0)]) = make_float2(rb[2 * i], rb[2 * i + 1]);
+                } else {
+                    s_a[ty][channel(i, 0)] = ra[i];
+                    s_b[ty][channel(i, 0)] = rb[i];
                 }
             }
             __syncthreads();
