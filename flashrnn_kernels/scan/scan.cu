@@ -189,13 +189,16 @@ __device__ __forceinline__ void publish(word_t* p, float v, unsigned tag) {
     store_word_relaxed(p, (static_cast<word_t>(tag) << 32) | __float_as_uint(v));
 }
 
-// A predecessor's map for one channel from its words: a final state s as the constant map (0, s), else its own map
-// (a, b) once both are published; false while neither is.
-__device__ __forceinline__ bool published_map(word_t wa, word_t wb, unsigned map_tag, float& a, float& b) {
+// Whether a predecessor's words for one channel hold its final state or both halves of its map.
+__device__ __forceinline__ bool published(word_t wa, word_t wb, unsigned map_tag) {
     const unsigned tb = static_cast<unsigned>(wb >> 32);
-    a = tb == map_tag + 1u ? 0.0f : __uint_as_float(static_cast<unsigned>(wa));
-    b = __uint_as_float(static_cast<unsigned>(wb));
     return tb == map_tag + 1u || (tb == map_tag && static_cast<unsigned>(wa >> 32) == map_tag);
+}
+
+// The map of published words: a final state s as the constant map (0, s), else the map (a, b) itself.
+__device__ __forceinline__ void published_map(word_t wa, word_t wb, unsigned map_tag, float& a, float& b) {
+    a = static_cast<unsigned>(wb >> 32) == map_tag + 1u ? 0.0f : __uint_as_float(static_cast<unsigned>(wa));
+    b = __uint_as_float(static_cast<unsigned>(wb));
 }
 
 // The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`. Rows are step-major
@@ -629,14 +632,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     }
 #pragma unroll
                     for (int i = 0; i < LOADS; ++i) {
-                        bool ready = (stale & (1u << i)) != 0;
+                        bool ready = true;
 #pragma unroll
                         for (int e = 0; e < WIDTH; ++e)
-                            ready = ready && published_map(wa[WIDTH * i + e], wb[WIDTH * i + e], map_tag,
-                                                           ra[WIDTH * i + e], rb[WIDTH * i + e]);
+                            ready &= published(wa[WIDTH * i + e], wb[WIDTH * i + e], map_tag);
                         if (ready) stale &= ~(1u << i);
                     }
                 } while (stale != 0);
+#pragma unroll
+                for (int j = 0; j < SCAN_VEC; ++j) published_map(wa[j], wb[j], map_tag, ra[j], rb[j]);
             } else {  // before segment 0, which is always final: the identity
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) {
