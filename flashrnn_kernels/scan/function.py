@@ -57,12 +57,13 @@ class StreamWorkspace:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.words = torch.zeros(2, 1, device=device, dtype=torch.int64)
+        self.words = torch.zeros(2, 2, device=device, dtype=torch.int64)
         self.maps = tuple(self.words)
         self.epoch = 0
 
     def take(self, words: int) -> tuple[tuple[torch.Tensor, ...], int]:
         """(the two word arrays (a, b), epoch) for one launch needing `words` words per array."""
+        words = _even(words)
         if self.words.shape[1] < words:
             self.words = torch.zeros(2, max(words, 2 * self.words.shape[1]), device=self.device, dtype=torch.int64)
             self.maps = tuple(self.words)
@@ -77,12 +78,17 @@ class StreamWorkspace:
 _workspaces: dict[tuple[int, int], StreamWorkspace] = {}
 
 
+def _even(words: int) -> int:
+    """Rows of an even number of words: both arrays start 16-byte aligned (the look-back reads word pairs)."""
+    return words + words % 2
+
+
 def _workspace(device: torch.device, stream: int, words: int) -> tuple[tuple[torch.Tensor, ...], int]:
     """The workspace of raw stream handle `stream` on `device` for one launch (see StreamWorkspace.take)."""
     if torch.cuda.is_current_stream_capturing():
         # a captured graph replays the same epoch, so words left by one replay would read as published in the
         # next: the graph gets a workspace of its own, zeroed by a captured memset before each replay
-        return tuple(torch.zeros(2, max(1, words), device=device, dtype=torch.int64)), 1
+        return tuple(torch.zeros(2, max(2, _even(words)), device=device, dtype=torch.int64)), 1
     key = (device.index, stream)
     ws = _workspaces.get(key)
     if ws is None:

@@ -31,3 +31,11 @@ def test_growth_and_wrap_zero_the_words():
     ws.epoch = EPOCH_LIMIT - 1
     wrapped, epoch = ws.take(10)
     assert epoch == 1 and not any(m.any() for m in wrapped)
+
+
+def test_both_word_arrays_start_16_byte_aligned():
+    """The look-back reads word pairs with 16-byte loads from both arrays, whatever size an earlier launch asked for."""
+    ws = StreamWorkspace(torch.device("cpu"))
+    for words in (1, 3, 7, 33, 129, 4, 1001):
+        maps, _ = ws.take(words)
+        assert all(m.numel() >= words and m.data_ptr() % 16 == 0 for m in maps), words
