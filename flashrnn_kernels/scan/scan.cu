@@ -671,9 +671,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     open |= la[k] != 0.0f;
                 }
             }
-            // the barrier also ends the rows' reads before s_a / s_b are written again; the round that reached
-            // segment 0 is the last whatever la holds (a NaN input keeps it nonzero)
-            if (!__syncthreads_or(open) || base < SCAN_THREADS_T) break;
+            // the barrier also ends the rows' reads before s_a / s_b are written again; the loop's condition ends
+            // the round that reached segment 0 whatever la holds (a NaN input keeps it nonzero)
+            if (!__syncthreads_or(open)) break;
         }
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
