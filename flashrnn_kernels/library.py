@@ -283,8 +283,8 @@ def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None,
         d_ratio = (da - db * scan_reference.g(h_pre)) / (total * total)
         grads = [d_ratio * is_ * fs * (1 - fs), -d_ratio * fs * is_ * (1 - is_),
                  db * is_ / total * _g_derivative(h_pre)]
-    if h0 is not None:
-        grads.append(a[:, 0] * g[:, 0])
+    if h0 is not None:  # no steps: h does not depend on h0
+        grads.append(a[:, 0] * g[:, 0] if a.shape[1] else torch.zeros_like(h0))
     return [_contiguous(t) for t in grads]
 
 

@@ -108,15 +108,15 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     `kernel_plan` replaces the solver's plan (benchmarks compare the model's choice with alternatives)."""
     x = inputs[0]
     B, T, D = x.shape
+    backward = direction == "backward"
+    outs = tuple(torch.empty_like(x) for _ in (inputs if backward else (x,)))
+    grad_h0 = torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None else None
+    if x.numel() == 0:  # nothing to launch; with no steps h does not depend on h0
+        return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     p = kernel_plan or device_plan(cell, x, direction)
     access = p.vec * x.element_size()
     inputs = tuple(_aligned(t, access) for t in inputs)
     h0 = None if h0 is None else _aligned(h0, access)
-    backward = direction == "backward"
-    outs = tuple(torch.empty_like(x) for _ in (inputs if backward else (x,)))
-    grad_h0 = torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None else None
-    if T == 0 or B == 0:
-        return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
     d_tiles, chunks = p.d_tiles(D), p.chunks(T)
     lanes = B * d_tiles
     segments = p.segments(lanes, chunks)

@@ -33,7 +33,7 @@ def min_lstm_gates(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor) -> tup
 
 def linear_scan_loop(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
     """h_t = a_t * h_{t-1} + b_t, one step at a time in the inputs' dtype (the oracle)."""
-    h = torch.zeros_like(b[:, 0]) if h0 is None else h0
+    h = b.new_zeros(b.shape[0], b.shape[2]) if h0 is None else h0
     out = []
     for t in range(a.shape[1]):
         h = a[:, t] * h + b[:, t]

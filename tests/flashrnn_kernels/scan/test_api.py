@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashrnn_kernels.scan import MinGRU, MinLSTM, linear_scan, min_gru, min_lstm, reference
+from flashrnn_kernels.library import scan_backward
+from flashrnn_kernels.scan import (MinGRU, MinLSTM, linear_scan, min_gru, min_gru_scan, min_lstm, min_lstm_scan,
+                                    reference)
 from tests.tolerances import relative_error
 
 
@@ -54,3 +56,20 @@ def test_bad_inputs_name_the_problem():
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="one device"):
             linear_scan(a, b.cuda())
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 4), (0, 5, 4), (2, 5, 0)])
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_empty_extents(shape, with_h0):
+    """No steps, no batch rows or no channels: empty outputs and gradients of the inputs' shapes; with no steps h does
+    not depend on h0, whose gradient is zero."""
+    for op, cell, n in ((linear_scan, "linear", 2), (min_gru_scan, "min_gru", 2), (min_lstm_scan, "min_lstm", 3)):
+        xs = [torch.rand(*shape, requires_grad=True) for _ in range(n)]
+        h0 = torch.rand(shape[0], shape[2], requires_grad=True) if with_h0 else None
+        h = op(*xs, h0)
+        assert h.shape == shape
+        leaves = xs + ([h0] if with_h0 else [])
+        grads = scan_backward(cell, xs, h0, torch.ones(shape), h)
+        assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in leaves]
+        if with_h0 and shape[1] == 0:
+            assert torch.equal(grads[-1], torch.zeros_like(h0))

@@ -206,3 +206,18 @@ def test_every_carry_mode(name, dtype, carry, shape):
     limits = {"dh0": TOL[dtype], **_limits(name, dtype, inputs, h0, dy, grads_ref, TOL[dtype])}
     bad = {k: (v, limits[k]) for k, v in errors.items() if not v <= limits[k]}
     assert not bad, f"{name} {dtype} {shape} carry={carry} {plans[0]}: (error, limit) {bad}"
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 4), (0, 5, 4), (2, 5, 0)])
+@pytest.mark.parametrize("name", list(OPS))
+def test_empty_extents_launch_nothing(name, shape):
+    """No steps, batch rows or channels: empty h and gradients, a zero gradient of h0 where there are no steps."""
+    n = OPS[name][2]
+    inputs = [torch.rand(*shape, device="cuda", requires_grad=True) for _ in range(n)]
+    h0 = torch.rand(shape[0], shape[2], device="cuda", requires_grad=True)
+    h = OPS[name][0](*inputs, h0)
+    assert h.shape == shape
+    grads = torch.autograd.grad(h, inputs + [h0], torch.ones_like(h), allow_unused=True)
+    assert all(g is None or g.shape == t.shape for g, t in zip(grads, inputs + [h0]))
+    if shape[1] == 0 and grads[-1] is not None:
+        assert torch.equal(grads[-1], torch.zeros_like(h0))
