@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashrnn_kernels.library import scan_backward
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference
-from tests.flashrnn_kernels.scan.stored_states import gradients_from_stored_h
 from tests.tolerances import relative_error
 
 pytestmark = pytest.mark.gpu
@@ -36,15 +36,17 @@ def _reference(name, inputs, h0, dy):
     return h, grads
 
 
-def _limits(name, dtype, inputs, h0, dy, grads_ref, limit) -> dict[str, float]:
+def _limits(name, dtype, inputs, h0, dy, h_ref, grads_ref, limit) -> dict[str, float]:
     """Each output's bound. The backward reads h_{t-1} from the forward's output, rounded to its dtype; where
     g(h_pre) - h_{t-1} (minGRU) or grad_a - dh g (minLSTM) nearly cancels, that rounding alone takes a gradient of a
     dozen elements past 1e-2 now and then (minGRU bf16 [2, 6, 1]: 2 draws in 10,000 in an fp32 emulation of the
     kernel's arithmetic, none past twice the stored h's own error). So a gradient's bound is the larger of `limit`
-    and twice the error that the stored h alone gives in fp64."""
+    and twice the error that the stored h alone gives in fp64: the CPU reference backward (scan_backward), which
+    takes h as given, from the exact h rounded to `dtype`."""
     limits = {"h": limit} | {f"d{i}": limit for i in range(len(grads_ref))}
     if dtype != torch.float32:
-        stored = gradients_from_stored_h(OPS[name][1], inputs, h0, dy, dtype)
+        cpu64 = [t.detach().double().cpu() for t in (*inputs, dy, h_ref.to(dtype))]
+        stored = scan_backward(name, cpu64[:-2], None if h0 is None else h0.detach().double().cpu(), *cpu64[-2:])
         limits.update({f"d{i}": max(limit, 2 * relative_error(g, r))
                        for i, (g, r) in enumerate(zip(stored, grads_ref))})
     return limits
@@ -69,7 +71,7 @@ def _check(name, dtype, B, T, D, with_h0, scale=(1.0, 1.0), tol=None):
     assert torch.isfinite(h).all() and all(torch.isfinite(g).all() for g in grads)
     errors = {"h": relative_error(h, h_ref)}
     errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
-    limits = _limits(name, dtype, inputs, h0, dy, grads_ref, tol(inputs, h0) if callable(tol) else TOL[dtype])
+    limits = _limits(name, dtype, inputs, h0, dy, h_ref, grads_ref, tol(inputs, h0) if callable(tol) else TOL[dtype])
     bad = {k: (v, limits[k]) for k, v in errors.items() if not v <= limits[k]}
     assert not bad, f"{name} {dtype} [{B},{T},{D}] h0={with_h0}: (error, limit) {bad}"
 
@@ -203,7 +205,7 @@ def test_every_carry_mode(name, dtype, carry, shape):
     h_ref, grads_ref = _reference(name, inputs, h0, dy)
     errors = {"h": relative_error(h, h_ref), "dh0": relative_error(grad_h0, grads_ref[-1])}
     errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
-    limits = {"dh0": TOL[dtype], **_limits(name, dtype, inputs, h0, dy, grads_ref, TOL[dtype])}
+    limits = {"dh0": TOL[dtype], **_limits(name, dtype, inputs, h0, dy, h_ref, grads_ref, TOL[dtype])}
     bad = {k: (v, limits[k]) for k, v in errors.items() if not v <= limits[k]}
     assert not bad, f"{name} {dtype} {shape} carry={carry} {plans[0]}: (error, limit) {bad}"
 

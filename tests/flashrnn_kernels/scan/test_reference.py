@@ -75,27 +75,3 @@ def test_long_sequences_with_extreme_decays_stay_finite(k_scale):
         assert (loop[:, -1] > 0.5 * h0).all()
     else:  # each state is the current candidate
         assert relative_error(loop, ref.g(hp)) < 1e-9
-
-
-@pytest.mark.parametrize("with_h0", [False, True])
-@pytest.mark.parametrize("cell", ["linear", "min_gru", "min_lstm"])
-def test_gradients_from_stored_h(cell, with_h0):
-    """The GPU tests' model of the kernels' backward (h_{t-1} as stored): with states stored exactly it is autograd
-    of the step loop; stored in bf16 it differs from it by the rounding, no more."""
-    from tests.flashrnn_kernels.scan.stored_states import gradients_from_stored_h
-
-    gates = {"linear": lambda a, b: (a, b), "min_gru": ref.min_gru_gates, "min_lstm": ref.min_lstm_gates}[cell]
-    inputs = _inputs(3 if cell == "min_lstm" else 2, T=700)
-    if cell == "linear":
-        inputs[0] = (torch.rand(2, 700, 6, dtype=F64) * 0.5 + 0.5).requires_grad_()
-    h0 = torch.rand(2, 6, dtype=F64, requires_grad=True) + 0.1 if with_h0 else None
-    dy = torch.randn(2, 700, 6, dtype=F64)
-    leaves = inputs + ([h0] if with_h0 else [])
-    exact = torch.autograd.grad(ref.linear_scan_loop(*gates(*inputs), h0), leaves, dy)
-    stored = gradients_from_stored_h(gates, inputs, h0, dy, F64)
-    assert len(stored) == len(exact)
-    for g, r in zip(stored, exact):
-        assert relative_error(g, r) < 1e-12
-    rounded = gradients_from_stored_h(gates, inputs, h0, dy, torch.bfloat16)
-    errors = [relative_error(g, r) for g, r in zip(rounded, exact)]
-    assert 0 < errors[0] < 2e-2 and all(e < 2e-2 for e in errors)
