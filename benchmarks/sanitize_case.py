@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=5)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=32)
-    parser.add_argument("--exchange", choices=("cluster", "global", "partials"), default=None,
+    parser.add_argument("--exchange", choices=("cluster", "global", "partials", "pairs"), default=None,
                         help="how a split head's blocks exchange a step (default: the planner's choice)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

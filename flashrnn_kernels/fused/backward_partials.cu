@@ -18,6 +18,14 @@
 // every reader wrote after reading this one (as in engine.cuh's GlobalExchange). Clearing the two low bits of the
 // 23-bit mantissa changes a partial sum by less than 2^-21 relative. All blocks are co-resident (cooperative launch).
 //
+// Pairs (PAIR_BLOCKS 2, sm_90): the blocks of a head pair up in clusters of two that share their gate gradients: each
+// block pushes its units' dx into its partner's shared memory (st.async, counted on the partner's mbarrier), and
+// holds R[g][o][u] for the pair's units o and half of the units u. Its partial sums then cover the pair's units, so
+// each unit gets HEAD_BLOCKS / 2 of them: half the bytes written to and read from L2 per step, for one exchange of
+// BATCH_TILE x GATES x ROWS elements between the two blocks. The dx buffer is double buffered: a block pushes fill
+// f + 2 into its partner only after it has received fill f + 1 from it, which the partner sent after reading fill f.
+// The launch is cooperative and clustered (cuLaunchKernelEx).
+//
 // Tensors: as backward.cu; exchange_buf: zeroed, plan.exchange_bytes(B) bytes; r_scratch unused (R on chip).
 
 #define K_DIM HEAD_DIM
@@ -28,10 +36,17 @@ static_assert(M_TILES == GATES, "partial sums: a warp holds all gates of its 16 
 static_assert(GLOBAL_EXCHANGE && HEAD_BLOCKS > 1 && GLOBAL_K_TILES == 0 && VECTOR_BUFFERS == 1,
               "partial sums: a split head, R on chip, one local gate-gradient buffer, exchange through global memory");
 
-#define K_SPAN (16 / K_TILE)                       // k-tiles of the forward's A per 16-unit m-tile of R^T
+static_assert(PAIR_BLOCKS == 1 || (PAIR_BLOCKS == 2 && HEAD_BLOCKS % 2 == 0), "pairs: an even number of blocks");
+#if PAIR_BLOCKS > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "pairs of blocks share their gate gradients through a cluster: sm_90 or newer"
+#endif
+#define PAIR_ROWS (PAIR_BLOCKS * ROWS_PER_BLOCK)    // units o whose gate gradients a block multiplies
+#define K_SPAN (PAIR_BLOCKS * 16 / K_TILE)         // k-tiles of A per 16-unit m-tile of R^T: the pair's row groups
 #define T_TILES (K_TILES_PER_WARP / K_SPAN)        // m16 tiles of R^T (units u) per warp
-#define SOURCES (HEAD_BLOCKS * WARPS_M)            // partial sums per unit: one per 16-row group of the head
-#define DX_STRIDE (GATES * ROWS_PER_BLOCK + 16 / (int)sizeof(elem_t))  // dx[b][g * ROWS + r], padded row
+#define SOURCES (HEAD_BLOCKS / PAIR_BLOCKS * WARPS_M)  // partial sums per unit: one per 16-row group of a pair
+#define DX_STRIDE (GATES * PAIR_ROWS + 16 / (int)sizeof(elem_t))  // dx[b][g * PAIR_ROWS + member * ROWS + r], padded
+#define DX_BUFFERS (PAIR_BLOCKS > 1 ? 2 : 1)
+#define DX_CHUNKS (BATCH_TILE * GATES * ROWS_PER_BLOCK * (int)sizeof(elem_t) / 16)  // 16-byte chunks of a block's dx
 #define ELEMS ((ROWS_PER_BLOCK * BATCH_TILE + THREADS - 1) / THREADS)  // pointwise elements per thread
 #define QPS (BATCH_TILE * ROWS_PER_BLOCK / 4)                        // 16-byte loads of one source's share
 #define QUADS (SOURCES * QPS)                                         // 16-byte loads of a block's share
@@ -44,9 +59,10 @@ static_assert(K_TILES_PER_WARP % K_SPAN == 0, "a warp's units cover whole 16-row
 // Shared memory layout (bytes): R fragments, the step's dx, staged per-step inputs, received partial sums.
 #define SM_RFRAG 0
 #define SM_DX (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
-#define SM_STAGE (SM_DX + BATCH_TILE * DX_STRIDE * (int)sizeof(elem_t))
+#define SM_STAGE (SM_DX + DX_BUFFERS * BATCH_TILE * DX_STRIDE * (int)sizeof(elem_t))
 #define SM_RECV (SM_STAGE + STAGE_BYTES)
-#define SM_TOTAL (SM_RECV + PARTS * QPS * 16)
+#define SM_BARS (SM_RECV + PARTS * QPS * 16)  // pairs: one mbarrier per dx buffer
+#define SM_TOTAL (SM_BARS + (PAIR_BLOCKS > 1 ? 16 : 0))
 static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from the plan");
 
 // Two adjacent words, each tagged.
@@ -68,9 +84,9 @@ __device__ __forceinline__ bool tagged(uint4 v, u32 tag) {
     return ((v.x & 3u) == tag) & ((v.y & 3u) == tag) & ((v.z & 3u) == tag) & ((v.w & 3u) == tag);
 }
 
-// acc[i] = (rows of R^T: the warp's units k_first + 16 i ..) . dx (the warp's 16-row group, all gates). Slot (kt, m)
-// of the forward's fragments holds the transposed tile: units of m-tile kt / K_SPAN, gate m, units o of the group
-// offset by (kt % K_SPAN) * K_TILE.
+// acc[i] = (rows of R^T: the warp's units u_first + 16 i ..) . dx (the warp's 16-row group of each block of the pair,
+// all gates). Slot (kt, m) of the fragments holds the transposed tile: units u of m-tile kt / K_SPAN, gate m, units o
+// of k-tile kt % K_SPAN of the pair's groups (o_in below).
 __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILES][4], const RecurrentA& A,
                                                     const elem_t* dx, int wm) {
     bfrag_t b[GATES][K_SPAN][N_TILES];
@@ -80,7 +96,8 @@ __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILE
         for (int s = 0; s < K_SPAN; ++s)
 #pragma unroll
             for (int n = 0; n < N_TILES; ++n)
-                load_b_fragment(b[m][s][n], dx, DX_STRIDE, m * ROWS_PER_BLOCK + wm * 16 + s * K_TILE, n);
+                load_b_fragment(b[m][s][n], dx, DX_STRIDE, m * PAIR_ROWS + s * K_TILE / 16 * ROWS_PER_BLOCK +
+                                                               wm * 16 + s * K_TILE % 16, n);
 #pragma unroll
     for (int i = 0; i < T_TILES; ++i)
 #pragma unroll
@@ -103,7 +120,20 @@ __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILE
         }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
+#if PAIR_BLOCKS > 1
+#define PAIR_CLUSTER __cluster_dims__(PAIR_BLOCKS, 1, 1)
+#else
+#define PAIR_CLUSTER
+#endif
+
+// Pairs: the address in the partner's shared memory of the local shared address `local`.
+__device__ __forceinline__ u32 partner_address(u32 local, int partner) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(partner));
+    return remote;
+}
+
+extern "C" __global__ void PAIR_CLUSTER __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* dxs = reinterpret_cast<elem_t*>(smem + SM_DX);
@@ -113,13 +143,17 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     const int head = blockIdx.x / HEAD_BLOCKS, rank = blockIdx.x % HEAD_BLOCKS;
     const int b0 = blockIdx.y * BATCH_TILE, valid_b = min(BATCH_TILE, B - b0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WARPS_M, wk = warp / WARPS_M;
-    const int u_block = rank * ROWS, o_warp = u_block + wm * 16, k_first = wk * K_TILES_PER_WARP * K_TILE;
+    const int u_block = rank * ROWS, k_first = wk * K_TILES_PER_WARP * K_TILE;
+    const int member = rank % PAIR_BLOCKS, pair_first = rank - member;  // place in the pair, its first block's rank
+    const int u_first = member * (DH / PAIR_BLOCKS) + wk * T_TILES * 16;  // the warp's first unit u
 
-    // The forward's fragment slots, each holding a tile of R^T: slot (kt, m) element (row, k) is
-    // R[m][head][o_warp + kk % 16][k_first + kk - kk % 16 + row] with kk = k - k_first.
+    // Slot (kt, m) element (row, k) of the fragments, kk = k - k_first: R[m][head][o][u] with u = u_first +
+    // 16 (kt / K_SPAN) + row and o the unit o_in = (kt % K_SPAN) * K_TILE + kk % K_TILE of the pair's row groups wm
+    // (group o_in / 16 of the pair's blocks).
     RecurrentA A;
     A.load(reinterpret_cast<uint4*>(smem + SM_RFRAG), r_scratch, warp, k_first, [&](int m, int row, int k) {
-        const int kk = k - k_first, o = o_warp + kk % 16, u = k_first + kk - kk % 16 + row;
+        const int kk = k - k_first, kt = kk / K_TILE, o_in = kt % K_SPAN * K_TILE + kk % K_TILE;
+        const int o = (pair_first + o_in / 16) * ROWS + wm * 16 + o_in % 16, u = u_first + 16 * (kt / K_SPAN) + row;
         return to_float(R[((size_t)(m * NH + head) * DH + o) * DH + u]);
     });
 
@@ -139,17 +173,42 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     BackwardStep inputs;
     inputs.init(smem + SM_STAGE, states, h_out, d_h, gates_save, states_save, d_gates, h_prev, d_bias_rows, B, T,
                 b0, valid_b, head, u_block);
+#if PAIR_BLOCKS > 1
+    // dx buffer f % 2 receives the partner's dx of iteration f; its mbarrier expects one arrival (this block's thread
+    // 0, with the byte count) and the partner's bytes per phase. Fills 0 and 1 are expected before the cluster
+    // barrier, after which the partner may push.
+    const u32 bars = smem_addr(smem + SM_BARS);
+    const int partner = member ^ 1;
+    constexpr u32 DX_BYTES = DX_CHUNKS * 16;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * i) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();  // racecheck: the initialisation before the first arrival
+    auto expect = [&](int fill) {
+        if (threadIdx.x == 0 && fill < T)
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bars + 8 * (fill & 1)),
+                         "r"(DX_BYTES)
+                         : "memory");
+    };
+    expect(0);
+    expect(1);
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
     __syncthreads();
+#endif
 
     constexpr int SLOT = HEAD_BLOCKS * SOURCES * BATCH_TILE * ROWS;  // words of one fill
     u32* slots = reinterpret_cast<u32*>(exchange_buf) + ((size_t)blockIdx.y * NH + head) * 2 * SLOT;
-    const int source = rank * WARPS_M + wm;
+    const int source = rank / PAIR_BLOCKS * WARPS_M + wm;
 
     // Iteration `it` processes step t = T-1-it with the recurrent gradient summed from fill it-1 (none at it = 0);
     // iteration T only adds it to the initial state's gradient. What does not feed the next fill (staging inputs,
     // writing the gate gradients) is issued after this block's partial sums, while their round trip runs.
     for (int it = 0; it <= T; ++it) {
         const int t = T - 1 - it;
+        elem_t* dx_it = dxs + (DX_BUFFERS > 1 ? it & 1 : 0) * BATCH_TILE * DX_STRIDE;  // this iteration's dx
+        elem_t* dx_mine = dx_it + member * ROWS;                                       // this block's units
 #pragma unroll
         for (int j = 0; j < ELEMS; ++j) {
             const int i = threadIdx.x + j * THREADS, r = i % ROWS, col = i / ROWS;
@@ -169,19 +228,44 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
             float dx[G];
             inputs.step(it % STAGES, r, col, dh_rec, dy[j], dx);
 #pragma unroll
-            for (int g = 0; g < G; ++g) dxs[col * DX_STRIDE + g * ROWS + r] = from_float<elem_t>(dx[g]);
+            for (int g = 0; g < G; ++g) dx_mine[col * DX_STRIDE + g * PAIR_ROWS + r] = from_float<elem_t>(dx[g]);
         }
         if (it == T) break;
         __syncthreads();  // dx complete
+#if PAIR_BLOCKS > 1
+        {  // this block's dx to the same place in the partner's buffer, then the partner's dx from it
+            const u32 bar = bars + 8 * (it & 1);
+            constexpr int PER_ROW = ROWS * (int)sizeof(elem_t) / 16;  // chunks of one (column, gate) run
+#pragma unroll
+            for (int c = threadIdx.x; c < DX_CHUNKS; c += THREADS) {
+                const int col = c / (G * PER_ROW), rest = c % (G * PER_ROW);
+                const elem_t* p = dx_mine + col * DX_STRIDE + rest / PER_ROW * PAIR_ROWS +
+                                  rest % PER_ROW * (16 / (int)sizeof(elem_t));
+                const uint4 v = *reinterpret_cast<const uint4*>(p);
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1,%2,%3,%4}, [%5];"
+                             ::"r"(partner_address(smem_addr(p), partner)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w),
+                             "r"(partner_address(bar, partner))
+                             : "memory");
+            }
+            u32 done = 0;
+            while (!done)
+                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                             "selp.u32 %0, 1, 0, p;\n}"
+                             : "=r"(done)
+                             : "r"(bar), "r"((u32)(it >> 1) & 1u)
+                             : "memory");
+            expect(it + 2);
+        }
+#endif
 
         // This warp's partial sums of R^T dx to the owners of their units. Tile i holds the 16 units from
-        // k_first + 16 i (group g0 + i), all of one owner (ROWS is a multiple of 16); a lane stores units
+        // u_first + 16 i (group g0 + i), all of one owner (ROWS is a multiple of 16); a lane stores units
         // lane / 4 and lane / 4 + 8 of it.
         float acc[T_TILES][N_TILES][4];
-        multiply_transposed(acc, A, dxs, wm);
+        multiply_transposed(acc, A, dx_it, wm);
         const u32 tag = (u32)(it + 1) & 3u;
         u32* fill = slots + (it & 1) * SLOT;
-        const int g0 = k_first / 16, owner0 = g0 / WARPS_M, r00 = (g0 - owner0 * WARPS_M) * 16;
+        const int g0 = u_first / 16, owner0 = g0 / WARPS_M, r00 = (g0 - owner0 * WARPS_M) * 16;
         u32* const p0 = fill + ((owner0 * SOURCES + source) * ROWS + r00) * BATCH_TILE + (lane >> 2) * BATCH_TILE +
                         2 * (lane & 3);
 #pragma unroll
@@ -212,7 +296,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
                 if (present(l)) w[l] = load_quad_relaxed(share + 4 * (q0 + l * THREADS));
             if (q0 == 0) {
                 inputs.stage_iteration(it + STAGES - 1);
-                inputs.store_gate_grads(t, dxs, DX_STRIDE, ROWS);
+                inputs.store_gate_grads(t, dx_mine, DX_STRIDE, PAIR_ROWS);
                 inputs.store_h_prev(it, t);  // its stage is refilled after this iteration's last barrier
             }
             while (true) {
@@ -237,4 +321,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
         __syncthreads();
     }
     inputs.store_bias_sums();
+#if PAIR_BLOCKS > 1
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
 }

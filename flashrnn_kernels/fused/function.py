@@ -26,7 +26,7 @@ from ..library import flashrnn_op
 from ..runtime.codegen import render
 from ..runtime.compile import get_kernel
 from ..runtime.device import device_gpu as _device_gpu
-from ..runtime.launch import launch
+from ..runtime.launch import clustered_cooperative_available, launch
 from ..validation import check_kernel_inputs
 from .plan import KernelPlan, plan
 from .problem import HEAD_DIMS
@@ -35,8 +35,8 @@ POISON_OUTPUTS = bool(os.environ.get("FLASHRNN_POISON_OUTPUTS"))
 """Fill outputs with NaN before each launch (tests use it to prove that every element is written)."""
 
 EXCHANGE = os.environ.get("FLASHRNN_EXCHANGE") or None
-""""cluster", "global" or "partials" (plan's `exchange`): how the blocks of a split head exchange a step, instead of
-the planner's choice (tests and benchmarks run each)."""
+""""cluster", "global", "partials" or "pairs" (plan's `exchange`): how the blocks of a split head exchange a step,
+instead of the planner's choice (tests and benchmarks run each)."""
 
 _NON_PORTABLE_CLUSTER_ATTRIBUTE = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _MAX_GRID_Y = 65535
@@ -60,6 +60,7 @@ class _Launch:
     smem_bytes: int
     scratch_bytes: int
     exchange_bytes: int  # > 0: the blocks of a head exchange through global memory, launched cooperatively
+    clustered: bool  # cluster dimensions compiled in as well (pairs of blocks of the partial-sum backward)
 
 
 def _allow_nonportable_cluster(kernel: Any) -> None:
@@ -85,10 +86,17 @@ def _launch_for(cell: str, h: Tensor, direction: str) -> _Launch:
 @functools.lru_cache(maxsize=1024)
 def _cached_launch(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, index: int, direction: str,
                    exchange: str | None) -> _Launch:
-    """plan() and the compiled kernel keyed by plain values: no problem or GPU model is hashed per call."""
-    found = plan(cell, B, NH, DH, dtype, gpu=_device_gpu(index), direction=direction, exchange=exchange)
+    """plan() and the compiled kernel keyed by plain values: no problem or GPU model is hashed per call. Pairs of
+    blocks need a clustered cooperative launch (cuda-bindings); without it the backward plans single blocks."""
+    gpu = _device_gpu(index)
+    found = plan(cell, B, NH, DH, dtype, gpu=gpu, direction=direction, exchange=exchange)
+    if found.pair_blocks > 1 and not clustered_cooperative_available():
+        if exchange == "pairs":
+            raise RuntimeError("exchange 'pairs' launches clustered and cooperative blocks through cuLaunchKernelEx, "
+                               "which needs the cuda-bindings package (pip install cuda-bindings)")
+        found = plan(cell, B, NH, DH, dtype, gpu=gpu, direction=direction, exchange="partials")
     return _Launch(_kernel(found), found.grid(B), found.block, found.smem_bytes, found.scratch_bytes(B),
-                   found.exchange_bytes(B))
+                   found.exchange_bytes(B), found.pair_blocks > 1)
 
 
 def _empty(shape: tuple[int, ...], like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -111,7 +119,7 @@ def _exchange(config: _Launch, like: Tensor) -> Tensor | None:
 
 def _run(config: _Launch, args: tuple, like: Tensor) -> None:
     launch(config.kernel, config.grid, config.block, args, shared_mem=config.smem_bytes, device=like.device,
-           cooperative=config.exchange_bytes > 0)
+           cooperative=config.exchange_bytes > 0, clustered=config.clustered)
 
 
 def _check(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str) -> None:

@@ -20,7 +20,7 @@ from ..runtime.device import current_gpu
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-9"
+VERSION = "fused-10"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
 _MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
@@ -50,6 +50,7 @@ class KernelPlan:
     head_blocks: int  # (kernel) blocks sharing one head (a thread-block cluster when > 1, unless global_exchange)
     global_exchange: bool  # (kernel) the head's blocks exchange the step vector through global memory (cooperative)
     partial_sums: bool  # backward in the forward's tiling, reduce-scattering partial sums (backward_partials.cu)
+    pair_blocks: int  # (kernel) 2: partial sums of pairs of blocks sharing their gate gradients in a cluster; else 1
     warps_m: int  # (kernel) 16-row groups per block
     warps_k: int  # (kernel) warps splitting K
     k_tile: int  # (kernel) 16 (bf16/fp16 m16n8k16) or 8 (fp32 via tf32 m16n8k8)
@@ -95,7 +96,7 @@ class KernelPlan:
         """Dynamic shared memory per block."""
         return tiling.smem_bytes(self.problem, self.warps_m, self.warps_k, self.batch_tile // 8, self.smem_k_tiles,
                                  self.vector_buffers, self.stages, self.partial_sums,
-                                 global_exchange=int(self.global_exchange))
+                                 global_exchange=int(self.global_exchange), pair_blocks=self.pair_blocks)
 
     @property
     def kernel_name(self) -> str:
@@ -120,7 +121,7 @@ class KernelPlan:
         """The global exchange's zeroed buffer: two fills of tagged words per (batch tile, head); 0 without it."""
         if not self.global_exchange:
             return 0
-        fill = tiling.exchange_bytes(self.problem, self.batch_tile // 8, self.partial_sums)
+        fill = tiling.exchange_bytes(self.problem, self.batch_tile // 8, self.partial_sums, self.pair_blocks)
         return self.batch_tiles(batch) * self.num_heads * 2 * fill
 
     def batch_tiles(self, batch: int) -> int:
@@ -136,7 +137,8 @@ def plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: 
          direction: str = "forward", exchange: str | None = None) -> KernelPlan:
     """The cheapest feasible tiling of the fused kernel for this problem on `gpu` (a GPUModel, a name, or None
     for the current device). `exchange` fixes how the blocks of a split head exchange a step (tiling.EXCHANGES:
-    "cluster", "global", or "partials", which the forward takes as "global"); None lets the cost model choose.
+    "cluster", "global", "partials" or "pairs", the last two of which the forward takes as "global"); None lets the
+    cost model choose.
     Raises PlanError naming the limits that no tiling meets."""
     if exchange not in (None, *tiling.EXCHANGES):
         raise ValueError(f"exchange must be one of {tiling.EXCHANGES} or None, not {exchange!r}")
@@ -182,32 +184,38 @@ def _check_architecture(problem: FusedProblem, gpu: Any) -> None:
 
 def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> KernelPlan:
     _check_architecture(problem, gpu)
-    partials = exchange == "partials" and problem.direction == "backward"
-    if exchange == "partials":
+    forced = exchange in ("partials", "pairs") and problem.direction == "backward"
+    pair_sizes = {"partials": (1,), "pairs": (2,)}.get(exchange, (1, 2))
+    if exchange in ("partials", "pairs"):
         exchange = "global"
-    sol = None if partials else _solve_vector_exchange(problem, gpu, exchange)
+    sol = None if forced else _solve_vector_exchange(problem, gpu, exchange)
+    partials, pair_blocks = False, 1
     split_past_cluster = sol is not None and (sol["global_exchange"] or sol["global_k_tiles"] > 0)
-    if problem.direction == "backward" and (partials or (exchange is None and split_past_cluster)):
+    if problem.direction == "backward" and (forced or (exchange is None and split_past_cluster)):
         # a head too large for a cluster: summing partial products through global memory may beat gathering the
-        # step vector there (or streaming part of R from L2)
-        model, objective = tiling.build(problem, gpu, exchange=exchange, partial_sums=True)
-        found = _minimize(model, objective)
-        if found is None and partials:
-            _raise_infeasible(problem, gpu, model)
-        if found is not None and (partials or found.objective < sol.objective):
-            sol, partials = found, True
+        # step vector there (or streaming part of R from L2); pairs of blocks only where clusters exist
+        for pairs in pair_sizes:
+            if pairs > 1 and gpu.cluster_max_nonportable < pairs and not forced:
+                continue
+            model, objective = tiling.build(problem, gpu, exchange=exchange, partial_sums=True, pair_blocks=pairs)
+            found = _minimize(model, objective)
+            if found is None and forced:
+                _raise_infeasible(problem, gpu, model)
+            if found is not None and (sol is None or found.objective < sol.objective):
+                sol, partials, pair_blocks = found, True, pairs
     return KernelPlan(
         cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
         num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,
         batch_tile=8 * sol["n_tiles"], head_blocks=sol["head_blocks"],
-        global_exchange=bool(sol["global_exchange"]), partial_sums=partials, warps_m=sol["warps_m"],
+        global_exchange=bool(sol["global_exchange"]), partial_sums=partials, pair_blocks=pair_blocks,
+        warps_m=sol["warps_m"],
         warps_k=sol["warps_k"], k_tile=tiling.k_tile(problem), m_tiles=tiling.m_tiles(problem, partials),
         reg_k_tiles=sol["reg_k_tiles"], global_k_tiles=sol["global_k_tiles"], blocks_per_sm=sol["blocks_per_sm"],
         vector_buffers=sol["vector_buffers"], stages=sol["stages"],
         nonportable_cluster=bool(sol["clustered"]) and sol["head_blocks"] > gpu.cluster_max_portable,
         register_budget=_register_budget(gpu, 32 * sol["warps_m"] * sol["warps_k"], sol["blocks_per_sm"]),
         predicted_registers=tiling.predicted_registers(problem, sol["n_tiles"], sol["reg_k_tiles"], partials,
-                                                       sol["k_tiles_per_warp"], sol["warps_k"]),
+                                                       sol["k_tiles_per_warp"], sol["warps_k"], pair_blocks),
         fast_activations=problem.dtype != "fp32", objective=sol.objective,
     )
 

@@ -23,7 +23,9 @@ The backward has two forms. It gathers the gate gradients (the step vector, G x 
 multiplies them by its rows of R^T; or, with partial_sums (a split head exchanging through global memory), it keeps
 the forward's tiling of R, multiplies its own units' gate gradients by its slice of R transposed, and the blocks
 reduce-scatter the fp32 partial sums (backward_partials.cu): each block reads head_dim x batch tile x warps_m words
-per step instead of the tagged G x head_dim x batch tile vector.
+per step instead of the tagged G x head_dim x batch tile vector. With pair_blocks 2 (sm_90 clusters of two) the
+blocks of a pair share their gate gradients through distributed shared memory and each multiplies the pair's units
+by half of R^T's rows: half the partial sums, for one exchange inside the pair per step.
 
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
@@ -73,6 +75,9 @@ POINTWISE_FIXED = 24
 # Dependent latency per element a thread processes in the pointwise step. Measured on an H200 (B=16, T=1024):
 # charging it backward (many staged inputs per element) made the backward faster, forward plans got slower.
 POINTWISE_CHAIN = {"forward": 0, "backward": 200}
+PAIR_EXCHANGE = 1200  # cycles per step: a block's gate gradients pushed into its partner's shared memory (st.async)
+# and the partner's awaited on an mbarrier. Fitted on an H200 (B=16, T=1024, bf16): pairs took 0.93x the time of
+# single blocks on the 1x768 LSTM backward (0.90x on 1x1024), where halving the L2 terms alone predicts 0.79x
 
 
 def fragment_registers(p: FusedProblem) -> int:
@@ -107,16 +112,16 @@ def v_stride(p: FusedProblem) -> int:
     return k_dim(p) + 16 // p.elem_bytes
 
 
-def partial_words(p: FusedProblem, warps_m: Any, n_tiles: Any) -> Any:
-    """fp32 partial sums a block of the partial-sum backward reads per step: one per (16-row group of the head,
-    batch column, own unit)."""
-    return p.head_dim * 8 * n_tiles * warps_m
+def partial_words(p: FusedProblem, warps_m: Any, n_tiles: Any, pair_blocks: int = 1) -> Any:
+    """fp32 partial sums a block of the partial-sum backward reads per step: one per (16-row group of a pair of
+    blocks, or of a block, batch column, own unit)."""
+    return p.head_dim // pair_blocks * 8 * n_tiles * warps_m
 
 
-def partial_parts(p: FusedProblem, warps_k: int, n_tiles: int) -> int:
+def partial_parts(p: FusedProblem, warps_k: int, n_tiles: int, pair_blocks: int = 1) -> int:
     """Partial sums per element left in shared memory after each thread has summed its loads: the block's threads
-    form warps_k / n_tiles groups, one per source share they read (at most head_dim / 16 sources)."""
-    return min(warps_k // n_tiles, p.head_dim // 16)
+    form warps_k / n_tiles groups, one per source share they read (at most head_dim / 16 / pair_blocks sources)."""
+    return min(warps_k // n_tiles, p.head_dim // 16 // pair_blocks)
 
 
 def backward_stage_bytes(p: FusedProblem, batch_tile: Any, rows: Any, stages: Any) -> Any:
@@ -126,18 +131,21 @@ def backward_stage_bytes(p: FusedProblem, batch_tile: Any, rows: Any, stages: An
 
 
 def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k_tiles: Any, vector_buffers: Any,
-               stages: Any, partial_sums: bool = False, sums_left: Any = None, global_exchange: Any = 0) -> Any:
+               stages: Any, partial_sums: bool = False, sums_left: Any = None, global_exchange: Any = 0,
+               pair_blocks: int = 1) -> Any:
     """Dynamic shared memory of one block (the layout of forward.cu / backward.cu / backward_partials.cu, in that
     order). `sums_left`: partial_parts (computed when None). A forward exchanging through global memory
     (`global_exchange` 1) holds no step vector and double-buffers its k-split partial sums."""
     batch_tile, rows, e = 8 * n_tiles, 16 * warps_m, p.elem_bytes
     mt = m_tiles(p, partial_sums)
     size = warps_m * warps_k * smem_k_tiles * mt * fragment_bytes(p)  # A fragments
-    if partial_sums:  # the step's gate gradients, the staged inputs, the received partial sums
-        size = size + batch_tile * (p.gates * rows + 16 // e) * e + backward_stage_bytes(p, batch_tile, rows, stages)
+    if partial_sums:  # the pair's gate gradients (double buffered in pairs), staged inputs, received partial sums
+        dx_buffers = 2 if pair_blocks > 1 else 1
+        size = size + dx_buffers * batch_tile * (p.gates * rows * pair_blocks + 16 // e) * e
+        size = size + backward_stage_bytes(p, batch_tile, rows, stages)
         if sums_left is None:
-            sums_left = partial_parts(p, warps_k, n_tiles)
-        return size + sums_left * batch_tile * rows * 4
+            sums_left = partial_parts(p, warps_k, n_tiles, pair_blocks)
+        return size + sums_left * batch_tile * rows * 4 + (16 if pair_blocks > 1 else 0)  # + the pair's mbarriers
     fragments_only = global_exchange if p.direction == "forward" else 0
     buffers = vector_buffers - vector_buffers * fragments_only
     size = size + buffers * batch_tile * v_stride(p) * e  # the step's vector (double buffered or not)
@@ -151,13 +159,13 @@ def smem_bytes(p: FusedProblem, warps_m: Any, warps_k: Any, n_tiles: Any, smem_k
 
 
 def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any, partial_sums: bool = False,
-                        k_tiles_per_warp: Any = 0, warps_k: Any = 1) -> Any:
+                        k_tiles_per_warp: Any = 0, warps_k: Any = 1, pair_blocks: int = 1) -> Any:
     """Registers per thread: A fragments (plus 2 per unrolled k-tile for the V fragments the scheduler keeps in
     flight where one V fragment serves a single m-tile), accumulators, per-element state, fixed part. Calibrated
     against ptxas -v: the sm_90 1x768 bf16 forward holds 12 register k-tiles in 6 warps, or 6 in 12 warps, without
     spills; the sm_80 DH=128 backward spills at 32 k-tiles without the V term."""
     if partial_sums:  # the forward's A fragments; accumulators of the warp's units; all B fragments; dy
-        span = 16 // k_tile(p)
+        span = 16 // k_tile(p) * pair_blocks
         b_regs = (4 if p.dtype == "fp32" else 2) * p.gates * span * n_tiles
         elems = (4 * n_tiles + warps_k - 1) // warps_k
         return (fragment_registers(p) * p.gates * reg_k_tiles + 4 * n_tiles * k_tiles_per_warp // span + b_regs
@@ -174,30 +182,34 @@ def predicted_registers(p: FusedProblem, n_tiles: Any, reg_k_tiles: Any, partial
     return regs
 
 
-EXCHANGES = ("cluster", "global", "partials")
+EXCHANGES = ("cluster", "global", "partials", "pairs")
 """How the blocks of a split head exchange a step: the step vector inside a cluster or through global memory, or
-(backward only; the forward exchanges through global memory then) partial sums through global memory."""
+(backward only; the forward exchanges through global memory then) partial sums through global memory, of single
+blocks ("partials") or of pairs of blocks sharing their gate gradients in a cluster of two ("pairs", sm_90)."""
 
 
-def exchange_bytes(p: FusedProblem, n_tiles: Any, partial_sums: bool = False) -> Any:
+def exchange_bytes(p: FusedProblem, n_tiles: Any, partial_sums: bool = False, pair_blocks: int = 1) -> Any:
     """Bytes of one fill of the global exchange for a batch tile: the tagged step vector (4 payload bytes per 8-byte
-    word), or every block's fp32 partial sums of every unit (head_dim / 16 sources per unit)."""
+    word), or every block's fp32 partial sums of every unit (head_dim / 16 / pair_blocks sources per unit)."""
     if partial_sums:
-        return p.head_dim // 16 * p.head_dim * 8 * n_tiles * 4
+        return p.head_dim // 16 // pair_blocks * p.head_dim * 8 * n_tiles * 4
     return 8 * n_tiles * k_dim(p) * p.elem_bytes * 2
 
 
 def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str | None = None,
-          partial_sums: bool = False) -> tuple[Model, Any]:
+          partial_sums: bool = False, pair_blocks: int = 1) -> tuple[Model, Any]:
     """The constraint model of `p` on `gpu` and its objective (per-step cycles of the whole grid).
 
     `stream_from_l2` admits k-tiles streamed from L2 each step (global_k_tiles > 0): the planner asks for it only
     when no tiling keeps all of R on chip, which also keeps the search small for every other problem.
     `exchange` ("cluster" or "global") restricts how the blocks of a split head exchange the step vector; None
     leaves it to the objective. "cluster" includes the unsplit head (one block per head). `partial_sums` models the
-    partial-sum backward (a split head, through global memory; with exchange None only past the cluster limit)."""
+    partial-sum backward (a split head, through global memory; with exchange None only past the cluster limit),
+    `pair_blocks` 2 its pairs of blocks sharing their gate gradients (clusters of two)."""
     if partial_sums and (p.direction != "backward" or stream_from_l2 or exchange == "cluster"):
         raise ValueError("partial sums are a backward exchanging through global memory with R on chip")
+    if pair_blocks not in (1, 2) or (pair_blocks == 2 and not partial_sums):
+        raise ValueError("pair_blocks is 1, or 2 for the partial-sum backward")
     m = Model()
     mt, kt_total = m_tiles(p, partial_sums), k_dim(p, partial_sums) // k_tile(p)
     max_warps = gpu.max_threads_per_block // gpu.warp_size
@@ -233,11 +245,17 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
           name=f"head_dim {p.head_dim} = head_blocks x warps_m x 16 rows (each block owns whole 16-row tiles)")
     m.add(kt_w * wk == kt_total, name=f"the {kt_total} k-tiles of K={k_dim(p)} split evenly over warps_k warps")
     m.add(reg_kt + glob_kt <= kt_w, name="register and L2-streamed k-tiles <= k-tiles per warp")
+    if pair_blocks > 1:
+        pairs = m.int_var(0, units, "pairs")
+        m.add(cb == pair_blocks * pairs, name="pairs: an even number of blocks per head")
+        m.add(pairs * pair_blocks <= (units if cluster_limit >= pair_blocks else 0),
+              name=f"pairs share their gate gradients in clusters of {pair_blocks}: {gpu.name} has "
+                   f"{'clusters' if cluster_limit > 1 else 'none (sm_90 or newer)'}")
     warps = wm * wk
     m.add(warps * gpu.warp_size <= gpu.max_threads_per_block,
           name=f"threads per block <= {gpu.max_threads_per_block}")
     m.add(warp_groups * parts >= warps, name="warps counted in whole register-file partitions")
-    regs = predicted_registers(p, nt, reg_kt, partial_sums, kt_w, wk)
+    regs = predicted_registers(p, nt, reg_kt, partial_sums, kt_w, wk, pair_blocks)
     stream_regs = STREAM_REGISTERS * nt if stream_from_l2 else 0
     margin = REGISTER_MARGIN_SM100 if gpu.compute_capability >= (10, 0) else REGISTER_MARGIN
     if p.direction == "forward":  # the fetched B fragments: one 16-byte load per k-tile and n-tile, all in flight
@@ -253,10 +271,11 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
           name=f"registers of the co-resident blocks <= {gpu.regs_per_sm} per SM")
     sums_left = None  # partial_parts as a variable (min is not a model expression)
     if partial_sums:
-        sums_left = m.int_var(1, min(16, p.head_dim // 16), "partial_parts")
-        m.add(m.any_of([sums_left * nt == wk, sums_left == p.head_dim // 16]), name="partial sums left per element")
+        sources = p.head_dim // 16 // pair_blocks
+        sums_left = m.int_var(1, min(16, sources), "partial_parts")
+        m.add(m.any_of([sums_left * nt == wk, sums_left == sources]), name="partial sums left per element")
         m.add(sums_left * nt <= wk, name="one partial sum per group of threads")
-    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, sums_left, glob)
+    smem = smem_bytes(p, wm, wk, nt, kt_w - reg_kt - glob_kt, vb, stages, partial_sums, sums_left, glob, pair_blocks)
     m.add(smem <= gpu.smem_per_block_optin,
           name=f"shared memory per block <= {gpu.smem_per_block_optin} bytes (R slice, h buffers, staging)")
     m.add(per_sm * (smem + gpu.smem_reserved_per_block + gpu.smem_alloc_granularity) <= gpu.smem_per_sm,
@@ -266,8 +285,9 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
         m.add(nt == 1, name="fp32 or sm_100 forward: one n-tile per block (larger batch tiles spill far beyond the "
                             "register model there, ptxas -v)")
     if partial_sums:
-        if k_tile(p) < 16:
-            m.add(kt_w * k_tile(p) % 16 == 0, name="partial sums: a warp's units cover whole 16-row tiles of R^T")
+        if k_tile(p) < 16 * pair_blocks:
+            m.add(kt_w * k_tile(p) % (16 * pair_blocks) == 0,
+                  name="partial sums: a warp's units cover whole 16-row tiles of R^T (for each of the pair's groups)")
         m.add(wk % nt == 0, name="partial sums: the threads split into whole groups of one source's share")
     m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
@@ -305,9 +325,10 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     if partial_sums:  # read this block's share of every block's partial sums, write its own for every unit
         # (1x768 bf16 on an H200, B=16, T=1024: 4494 cycles predicted, about 2.9 us per step measured, against
         # 11772 and 7.3 us for clusters of 16 gathering the gate gradients)
-        exchange_read = partial_words(p, wm, nt) * 4 // EXCHANGE_L2_BYTES_PER_CYCLE
-        exchange_read = exchange_read + p.head_dim * 8 * nt * 4 // L2_BYTES_PER_CYCLE
-        loads = partial_words(p, wm, nt) // 4  # 16-byte loads of the share
+        exchange_read = partial_words(p, wm, nt, pair_blocks) * 4 // EXCHANGE_L2_BYTES_PER_CYCLE
+        exchange_read = exchange_read + p.head_dim // pair_blocks * 8 * nt * 4 // L2_BYTES_PER_CYCLE
+        exchange_read = exchange_read + (PAIR_EXCHANGE if pair_blocks > 1 else 0)
+        loads = partial_words(p, wm, nt, pair_blocks) // 4  # 16-byte loads of the share
     else:  # read the whole tagged vector
         exchange_read = nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE)
         loads = glob * nt * k_dim(p) * e  # pairs of words of a fill

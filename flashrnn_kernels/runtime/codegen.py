@@ -15,7 +15,7 @@ KERNEL_DIR = Path(__file__).resolve().parent.parent / "fused"
 
 INT_FIELDS: tuple[str, ...] = (
     "num_heads", "head_dim", "gates", "states", "batch_tile", "head_blocks", "global_exchange", "warps_m", "warps_k",
-    "k_tile", "m_tiles", "reg_k_tiles", "global_k_tiles", "blocks_per_sm", "vector_buffers", "stages",
+    "k_tile", "m_tiles", "reg_k_tiles", "global_k_tiles", "blocks_per_sm", "vector_buffers", "stages", "pair_blocks",
 )
 """Integer plan fields rendered as `#define NAME value` (upper-case field name)."""
 

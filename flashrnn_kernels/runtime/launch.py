@@ -177,13 +177,51 @@ def _cupy_stream(stream: torch.cuda.Stream) -> Any:
     return _external_stream(stream.device_index, stream.cuda_stream)
 
 
+def clustered_cooperative_available() -> bool:
+    """Whether this process can launch a kernel compiled with cluster dimensions cooperatively: that takes
+    cuLaunchKernelEx, which CuPy does not wrap, from the cuda-bindings package."""
+    try:
+        from cuda.bindings import driver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _launch_clustered_cooperative(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+                                  shared_mem: int, handle: int) -> None:
+    """cuLaunchKernelEx with the cooperative attribute, for a kernel whose cluster dimensions are compiled in
+    (cuLaunchCooperativeKernel refuses those)."""
+    from cuda.bindings import driver
+
+    values = [np.asarray(v) for v in as_args(args)]  # 0-d arrays hold each argument's bytes
+    params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = _dims(grid)
+    config.blockDimX, config.blockDimY, config.blockDimZ = _dims(block)
+    config.sharedMemBytes = shared_mem
+    config.hStream = driver.CUstream(handle)
+    attribute = driver.CUlaunchAttribute()
+    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+    attribute.value.cooperative = 1
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    (err,) = driver.cuLaunchKernelEx(config, driver.CUfunction(kernel.kernel.ptr), params.ctypes.data, 0)
+    if err == driver.CUresult.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
+        raise RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more than "
+                           f"this GPU holds (fewer SMs than its model, MIG, or other work?)")
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernelEx of {kernel.name} (cooperative, clustered) failed: {err}")
+
+
 def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0,
            device: torch.device | None = None, stream: torch.cuda.Stream | int | None = None,
-           cooperative: bool = False) -> None:
+           cooperative: bool = False, clustered: bool = False) -> None:
     """Launch `kernel` (a `cupy.RawKernel`) on `stream`: a `torch.cuda.Stream`, a raw stream handle of `device`, or
     None for torch's current stream of `device` (`device` itself defaulting to the current device). `cooperative`
     launches it with cuLaunchCooperativeKernel, which runs every block at once or fails (blocks that wait on each
-    other need that guarantee); a grid too large for the GPU then raises a RuntimeError that says so.
+    other need that guarantee); a grid too large for the GPU then raises a RuntimeError that says so. `clustered`
+    (with `cooperative`): the kernel has cluster dimensions compiled in, so the launch goes through cuLaunchKernelEx
+    (`clustered_cooperative_available`).
 
     When the stream's device is CuPy's current device, the launch goes straight to the driver with this thread's
     prepared parameter block (see the module docstring), or, for arguments it does not cover, through the kernel's
@@ -198,6 +236,10 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
         index, handle = _device_index(device), stream
     else:
         index, handle = stream.device_index, stream.cuda_stream
+    if cooperative and clustered:
+        with cupy.cuda.Device(index):
+            _launch_clustered_cooperative(kernel, grid, block, args, shared_mem, handle)
+        return
     if cooperative:
         try:
             with cupy.cuda.Device(index):

@@ -22,9 +22,9 @@ def recorded(monkeypatch):
         compiled.append(name)
         return ("kernel", name, dynamic_smem)
 
-    def fake_launch(kernel, grid, block, args, shared_mem=0, device=None, cooperative=False):
+    def fake_launch(kernel, grid, block, args, shared_mem=0, device=None, cooperative=False, clustered=False):
         launches.append({"kernel": kernel, "grid": grid, "block": block, "args": args, "smem": shared_mem,
-                         "cooperative": cooperative})
+                         "cooperative": cooperative, "clustered": clustered})
 
     monkeypatch.setattr(function, "get_kernel", fake_kernel)
     monkeypatch.setattr(function, "launch", fake_launch)
@@ -65,6 +65,30 @@ def test_launch_record_matches_plan(recorded, B, NH, DH):
         assert exchange.numel() == expected.exchange_bytes(B) and not exchange.any()
     assert first["args"][6] is None and first["args"][7] is None  # nothing saved without gradients
     assert function._cached_launch.cache_info().misses == 1
+
+
+@pytest.mark.parametrize("bindings", [True, False])
+def test_backward_of_block_pairs_launches_clustered_and_cooperative(recorded, monkeypatch, bindings):
+    """The 1x768 backward plans pairs of blocks (clusters of two) on an H200, launched through cuLaunchKernelEx; without
+    cuda-bindings it plans single blocks, and asking for pairs says what is missing."""
+    launches, compiled = recorded
+    monkeypatch.setattr(function, "clustered_cooperative_available", lambda: bindings)
+    B, T, NH, DH = 3, 4, 1, 768
+    Wx, R, b, states = _inputs(B, T, NH, DH, torch.bfloat16, grad=False)
+    h, last, gates_save, states_save = function.fused_forward(Wx, R, b, states, "lstm", training=True)
+    function.fused_backward(R, states, h, gates_save, states_save, torch.ones_like(h), torch.ones_like(last), "lstm")
+    expected = plan("lstm", B, NH, DH, torch.bfloat16, gpu="H200", direction="backward",
+                    exchange=None if bindings else "partials")
+    assert expected.partial_sums and expected.pair_blocks == (2 if bindings else 1)
+    back = launches[1]
+    assert back["cooperative"] and back["clustered"] == bindings
+    assert back["grid"] == expected.grid(B) and back["smem"] == expected.smem_bytes
+    assert back["args"][12].numel() == expected.exchange_bytes(B) and not back["args"][12].any()
+    if not bindings:
+        monkeypatch.setattr(function, "EXCHANGE", "pairs")
+        with pytest.raises(RuntimeError, match="cuda-bindings"):
+            function.fused_backward(R, states, h, gates_save, states_save, torch.ones_like(h), torch.ones_like(last),
+                                    "lstm")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -78,6 +78,8 @@ EXCHANGE_CASES = [  # (exchange, dtype, B, T, NH, DH): split heads both ways; T 
     ("partials", "bf16", 3, 64, 2, 64), ("partials", "fp32", 5, 17, 3, 256), ("partials", "bf16", 17, 33, 1, 768),
     ("partials", "fp16", 3, 2, 1, 512), ("partials", "bf16", 2, 1, 1, 256), ("partials", "bf16", 2, 16, 1, 1024),
     ("partials", "fp32", 4, 40, 1, 512),
+    ("pairs", "bf16", 3, 64, 2, 64), ("pairs", "fp32", 5, 17, 3, 256), ("pairs", "bf16", 17, 33, 1, 768),
+    ("pairs", "fp16", 3, 2, 1, 512), ("pairs", "bf16", 2, 1, 1, 256), ("pairs", "bf16", 2, 16, 1, 1024),
 ]
 
 
@@ -85,12 +87,13 @@ EXCHANGE_CASES = [  # (exchange, dtype, B, T, NH, DH): split heads both ways; T 
 @pytest.mark.parametrize("exchange,dtype,B,T,NH,DH", EXCHANGE_CASES)
 def test_each_exchange_matches_float64(monkeypatch, cell, exchange, dtype, B, T, NH, DH):
     """The blocks of a split head exchanging the step vector inside a cluster and through global memory, and the
-    backward reduce-scattering partial sums."""
+    backward reduce-scattering partial sums of single blocks and of pairs of blocks (clusters of two)."""
     for direction in ("forward", "backward"):
         p = plan(cell, B, NH, DH, dtype, gpu=function._device_gpu(torch.cuda.current_device()), direction=direction,
                  exchange=exchange)
         assert p.head_blocks > 1 and p.global_exchange == (exchange != "cluster")
-        assert p.partial_sums == (exchange == "partials" and direction == "backward")
+        assert p.partial_sums == (exchange in ("partials", "pairs") and direction == "backward")
+        assert p.pair_blocks == (2 if p.partial_sums and exchange == "pairs" else 1)
     monkeypatch.setattr(function, "EXCHANGE", exchange)
     out, ref = run_both(B, T, NH, DH, DTYPES[dtype], cell=cell)
     bound = 3 * TOLERANCES[torch.float32]["rel"] if dtype == "fp32" and DH >= 1024 else None

@@ -67,6 +67,7 @@ def test_generated_sources_compile_without_spills(tmp_path, monkeypatch):
     assert any(p.head_blocks > 1 and not p.global_exchange for p in plans) and any(p.warps_k > 1 for p in plans)
     assert {p.arch for p in plans if p.global_exchange} >= {"sm_80", "sm_90"}
     assert {p.arch for p in plans if p.partial_sums} >= {"sm_80", "sm_90"}  # the 1x768 bf16 backward
+    assert {p.arch for p in plans if p.pair_blocks > 1} == {"sm_90", "sm_100"}  # pairs in clusters of two
     assert any(p.smem_k_tiles > 0 for p in plans) and any(p.global_k_tiles > 0 for p in plans)
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(lambda p: _compile(p, tmp_path), plans))

@@ -36,8 +36,8 @@ def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
         blocks = p.num_heads * p.head_blocks * p.batch_tiles(batch)
         assert p.head_blocks > 1 and blocks <= gpu.sm_count * p.blocks_per_sm
         # two fills per (batch tile, head): the tagged vector (8-byte words of 4 payload bytes), or every 16-row
-        # group's fp32 partial sum of every unit and batch column
-        fill = (p.head_dim // 16 * p.head_dim * p.batch_tile * 4 if p.partial_sums
+        # group's (of a block, or of a pair of blocks) fp32 partial sum of every unit and batch column
+        fill = (p.head_dim // 16 // p.pair_blocks * p.head_dim * p.batch_tile * 4 if p.partial_sums
                 else p.batch_tile * p.k_dim * (2 if p.dtype != "fp32" else 4) * 2)
         assert p.exchange_bytes(batch) == p.batch_tiles(batch) * p.num_heads * 2 * fill
     else:
@@ -45,6 +45,7 @@ def check_limits(p: KernelPlan, gpu: hwmodels.GPUModel, batch: int) -> None:
         assert p.head_blocks == 1 or (p.head_blocks <= gpu.cluster_max_nonportable and p.head_blocks & (
             p.head_blocks - 1) == 0)
     assert p.nonportable_cluster == (not p.global_exchange and p.head_blocks > gpu.cluster_max_portable)
+    assert p.pair_blocks == 1 or (p.partial_sums and p.head_blocks % 2 == 0 and gpu.cluster_max_nonportable >= 2)
     occupancy = hwmodels.blocks_per_sm(gpu, p.threads, p.register_budget, p.smem_bytes)
     assert occupancy.blocks_per_sm >= p.blocks_per_sm >= 1
     assert p.batch_tiles(batch) * p.batch_tile >= batch > (p.batch_tiles(batch) - 1) * p.batch_tile
@@ -233,5 +234,22 @@ def test_backward_of_a_head_past_the_cluster_limit_sums_partial_products():
     check_limits(forced, gpu, 3)
     forward = plan("lstm", 3, 2, 64, "bf16", gpu=gpu, exchange="partials")
     assert forward.global_exchange and not forward.partial_sums and forward.kernel_source == "forward.cu"
+    assert forward.pair_blocks == 1 and forced.pair_blocks == 1
     with pytest.raises(PlanError, match="no fused-kernel tiling.*fp32"):  # fp32 R of 9 MiB: not on 132 SMs at once
         plan("lstm", 16, 1, 768, "fp32", gpu=gpu, direction="backward", exchange="partials")
+
+
+def test_block_pairs_halve_the_partial_sums_where_clusters_exist():
+    # sm_90: the 1x768 backward's blocks pair up in clusters of two sharing their gate gradients, so each unit gets
+    # 24 partial sums instead of 48 (half the exchange buffer); sm_80 has no clusters and keeps single blocks.
+    h200 = hwmodels.load("H200")
+    pairs = plan("lstm", 16, 1, 768, "bf16", gpu=h200, direction="backward")
+    single = plan("lstm", 16, 1, 768, "bf16", gpu=h200, direction="backward", exchange="partials")
+    assert pairs.pair_blocks == 2 and single.pair_blocks == 1 and pairs.objective < single.objective
+    assert pairs.head_blocks % 2 == 0 and 2 * pairs.exchange_bytes(16) == single.exchange_bytes(16)
+    check_limits(pairs, h200, 16)
+    assert plan("lstm", 16, 1, 768, "bf16", gpu="A100-SXM4-80GB", direction="backward").pair_blocks == 1
+    with pytest.raises(PlanError, match="clusters of 2.*sm_90"):
+        plan("lstm", 16, 1, 768, "bf16", gpu="A100-SXM4-80GB", direction="backward", exchange="pairs")
+    forward = plan("lstm", 16, 1, 768, "bf16", gpu=h200, exchange="pairs")  # the forward exchanges h as before
+    assert forward.pair_blocks == 1 and forward.global_exchange and not forward.partial_sums
