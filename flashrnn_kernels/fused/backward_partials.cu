@@ -126,13 +126,6 @@ __device__ __forceinline__ void multiply_transposed(float (&acc)[T_TILES][N_TILE
 #define PAIR_CLUSTER
 #endif
 
-// Pairs: the address in the partner's shared memory of the local shared address `local`.
-__device__ __forceinline__ u32 partner_address(u32 local, int partner) {
-    u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(partner));
-    return remote;
-}
-
 extern "C" __global__ void PAIR_CLUSTER __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -193,7 +186,7 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     };
     expect(0);
     expect(1);
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    cluster_sync();
 #else
     __syncthreads();
 #endif
@@ -239,21 +232,10 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
 #pragma unroll
             for (int c = threadIdx.x; c < DX_CHUNKS; c += THREADS) {
                 const int col = c / (G * PER_ROW), rest = c % (G * PER_ROW);
-                const elem_t* p = dx_mine + col * DX_STRIDE + rest / PER_ROW * PAIR_ROWS +
-                                  rest % PER_ROW * (16 / (int)sizeof(elem_t));
-                const uint4 v = *reinterpret_cast<const uint4*>(p);
-                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1,%2,%3,%4}, [%5];"
-                             ::"r"(partner_address(smem_addr(p), partner)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w),
-                             "r"(partner_address(bar, partner))
-                             : "memory");
+                store_async_remote(dx_mine + col * DX_STRIDE + rest / PER_ROW * PAIR_ROWS +
+                                       rest % PER_ROW * (16 / (int)sizeof(elem_t)), partner, bar);
             }
-            u32 done = 0;
-            while (!done)
-                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                             "selp.u32 %0, 1, 0, p;\n}"
-                             : "=r"(done)
-                             : "r"(bar), "r"((u32)(it >> 1) & 1u)
-                             : "memory");
+            mbarrier_wait_cluster(bar, (u32)(it >> 1) & 1u);
             expect(it + 2);
         }
 #endif
@@ -322,6 +304,6 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     }
     inputs.store_bias_sums();
 #if PAIR_BLOCKS > 1
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    cluster_sync();  // no block leaves while its partner may still reach its shared memory
 #endif
 }

@@ -375,13 +375,38 @@ __device__ __forceinline__ void stage_rows(void* dst, const void* src, long long
 
 // ---- block / cluster synchronisation and the exchange of a block's slice of the recurrent vector ----
 
+// Every thread of every block of the cluster arrives, then waits for all (sm_90).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // The barrier of the blocks that read each other's shared memory: the cluster's, else the block's.
 __device__ __forceinline__ void cluster_barrier() {
 #if CLUSTERED
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    cluster_sync();
 #else
     __syncthreads();
 #endif
+}
+
+// The address in cluster block `rank`'s shared memory of this block's shared address `local` (sm_90).
+__device__ __forceinline__ u32 cluster_shared_address(u32 local, int rank) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    return remote;
+}
+
+// Wait until this block's mbarrier at `bar` completes its phase of parity `parity`, acquiring what the cluster's
+// blocks wrote and counted on it (sm_90: the warp is suspended inside try_wait).
+__device__ __forceinline__ void mbarrier_wait_cluster(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
 }
 
 __device__ __forceinline__ int cluster_rank() {
@@ -392,6 +417,16 @@ __device__ __forceinline__ int cluster_rank() {
 #else
     return 0;
 #endif
+}
+
+// The 16 bytes at `p` in this block's shared memory to the same place in cluster block `rank`'s, counted as bytes
+// arriving on that block's mbarrier at this block's address `bar` (st.async, sm_90).
+__device__ __forceinline__ void store_async_remote(const void* p, int rank, u32 bar) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1,%2,%3,%4}, [%5];"
+                 ::"r"(cluster_shared_address(smem_addr(p), rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w),
+                 "r"(cluster_shared_address(bar, rank))
+                 : "memory");
 }
 
 // The cluster's exchange of the step vector. Fill f of the vector (h_f forward; the gate gradients of iteration f
@@ -460,13 +495,7 @@ struct ClusterExchange {
             const int target = r < rank ? r : r + 1;
             const int b = rest / per_b, jc = rest - b * per_b, j = jc / chunks, c = jc - j * chunks;
             const elem_t* p = V + b * V_STRIDE + j * j_stride + col0 + c * (16 / (int)sizeof(elem_t));
-            const uint4 v = *reinterpret_cast<const uint4*>(p);
-            u32 remote, remote_bar;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(target));
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar), "r"(target));
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1,%2,%3,%4}, [%5];"
-                         ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-                         : "memory");
+            store_async_remote(p, target, bar);
         }
 #endif
     }
@@ -475,15 +504,7 @@ struct ClusterExchange {
     __device__ __forceinline__ void wait(elem_t*, int fill) {
 #if CLUSTERED
         const int buf = VBUF(fill & 1);
-        const u32 bar = bars + 8 * buf, phase = (parity >> buf) & 1;
-        u32 done = 0;
-        while (!done)
-            asm volatile(
-                "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                "selp.u32 %0, 1, 0, p;\n}"
-                : "=r"(done)
-                : "r"(bar), "r"(phase)
-                : "memory");
+        mbarrier_wait_cluster(bars + 8 * buf, (parity >> buf) & 1);
         parity ^= 1u << buf;
         if (fill + VECTOR_BUFFERS <= last) expect(fill + VECTOR_BUFFERS);
 #endif
