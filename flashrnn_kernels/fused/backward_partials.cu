@@ -56,7 +56,8 @@ static_assert(PAIR_BLOCKS == 1 || (PAIR_BLOCKS == 2 && HEAD_BLOCKS % 2 == 0), "p
 static_assert(THREADS % QPS == 0, "partial sums: the threads split into whole groups of one source's share");
 static_assert(K_TILES_PER_WARP % K_SPAN == 0, "a warp's units cover whole 16-row tiles of R^T");
 
-// Shared memory layout (bytes): R fragments, the step's dx, staged per-step inputs, received partial sums.
+// Shared memory layout (bytes): R fragments, the step's dx (the pair's, double buffered, in pairs), staged per-step
+// inputs, received partial sums, the pair's mbarriers.
 #define SM_RFRAG 0
 #define SM_DX (SM_RFRAG + WARPS_M * WARPS_K * SMEM_K_TILES * M_TILES * 32 * 4 * A_REGS)
 #define SM_STAGE (SM_DX + DX_BUFFERS * BATCH_TILE * DX_STRIDE * (int)sizeof(elem_t))
