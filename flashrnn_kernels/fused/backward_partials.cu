@@ -174,16 +174,10 @@ flashrnn_fused_backward(FUSED_BACKWARD_PARAMETERS) {
     const u32 bars = smem_addr(smem + SM_BARS);
     const int partner = member ^ 1;
     constexpr u32 DX_BYTES = DX_CHUNKS * 16;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 2; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * i) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();  // racecheck: the initialisation before the first arrival
+    if (threadIdx.x == 0) init_cluster_mbarriers(bars, 2);
+    __syncthreads();
     auto expect = [&](int fill) {
-        if (threadIdx.x == 0 && fill < T)
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bars + 8 * (fill & 1)),
-                         "r"(DX_BYTES)
-                         : "memory");
+        if (threadIdx.x == 0 && fill < T) mbarrier_expect_bytes(bars + 8 * (fill & 1), DX_BYTES);
     };
     expect(0);
     expect(1);

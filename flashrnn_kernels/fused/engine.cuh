@@ -396,6 +396,19 @@ __device__ __forceinline__ u32 cluster_shared_address(u32 local, int rank) {
     return remote;
 }
 
+// Set up `count` mbarriers 8 bytes apart from `bars` for one local arrival per phase (plus the bytes that cluster blocks
+// count on them), visible to the cluster's blocks; thread 0 calls it. A block barrier must follow before the first
+// arrival: without one, compute-sanitizer's racecheck reports the two as a shared-memory hazard.
+__device__ __forceinline__ void init_cluster_mbarriers(u32 bars, int count) {
+    for (int i = 0; i < count; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * i) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// This block's arrival on its mbarrier at `bar` for the current phase, which then also waits for `bytes` to land.
+__device__ __forceinline__ void mbarrier_expect_bytes(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // Wait until this block's mbarrier at `bar` completes its phase of parity `parity`, acquiring what the cluster's
 // blocks wrote and counted on it (sm_90: the warp is suspended inside try_wait).
 __device__ __forceinline__ void mbarrier_wait_cluster(u32 bar, u32 parity) {
@@ -460,14 +473,7 @@ struct ClusterExchange {
         last = last_;
         bytes = (u32)((HEAD_BLOCKS - 1) * BATCH_TILE * j_count * cols * (int)sizeof(elem_t));
 #if CLUSTERED
-        if (threadIdx.x == 0) {
-#pragma unroll
-            for (int i = 0; i < VECTOR_BUFFERS; ++i)
-                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * i) : "memory");
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        // A block barrier between the initialisation and the first arrival on the mbarriers: without one,
-        // compute-sanitizer's racecheck reports the two as a shared-memory hazard.
+        if (threadIdx.x == 0) init_cluster_mbarriers(bars, VECTOR_BUFFERS);
         __syncthreads();
         for (int f = first; f < first + VECTOR_BUFFERS && f <= last; ++f) expect(f);
 #endif
@@ -475,10 +481,7 @@ struct ClusterExchange {
 
     __device__ __forceinline__ void expect(int fill) const {
 #if CLUSTERED
-        if (threadIdx.x == 0)
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bars + 8 * VBUF(fill & 1)),
-                         "r"(bytes)
-                         : "memory");
+        if (threadIdx.x == 0) mbarrier_expect_bytes(bars + 8 * VBUF(fill & 1), bytes);
 #endif
     }
 

@@ -187,6 +187,12 @@ def clustered_cooperative_available() -> bool:
     return True
 
 
+def _too_large(kernel: Any, grid: tuple[int, ...], detail: str = "") -> RuntimeError:
+    """The error of a cooperative grid that the GPU cannot hold at once."""
+    return RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more than "
+                        f"this GPU holds (fewer SMs than its model, MIG, or other work?){detail}")
+
+
 def _launch_clustered_cooperative(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                                   shared_mem: int, handle: int) -> None:
     """cuLaunchKernelEx with the cooperative attribute, for a kernel whose cluster dimensions are compiled in
@@ -207,8 +213,7 @@ def _launch_clustered_cooperative(kernel: Any, grid: tuple[int, ...], block: tup
     config.numAttrs = 1
     (err,) = driver.cuLaunchKernelEx(config, driver.CUfunction(kernel.kernel.ptr), params.ctypes.data, 0)
     if err == driver.CUresult.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
-        raise RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more than "
-                           f"this GPU holds (fewer SMs than its model, MIG, or other work?)")
+        raise _too_large(kernel, grid)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuLaunchKernelEx of {kernel.name} (cooperative, clustered) failed: {err}")
 
@@ -248,8 +253,7 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
         except (ValueError, cupy.cuda.driver.CUDADriverError) as exc:  # CuPy's grid check, or the driver's
             if isinstance(exc, cupy.cuda.driver.CUDADriverError) and "COOPERATIVE_LAUNCH_TOO_LARGE" not in str(exc):
                 raise
-            raise RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more "
-                               f"than this GPU holds (fewer SMs than its model, MIG, or other work?): {exc}") from exc
+            raise _too_large(kernel, grid, f": {exc}") from exc
         return
     if cupy.cuda.runtime.getDevice() != index:
         with cupy.cuda.Device(index), _external_stream(index, handle):
