@@ -16,13 +16,14 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 requires_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 
-def assert_divides_without_slow_paths(source: str, path: Path) -> None:
-    """Compile `source` (written to `path`) to PTX for sm_90 and check that it takes reciprocals as rcp.approx and has
-    no IEEE-rounded division or reciprocal (div.rn / rcp.rn), which ptxas wraps in a branch to a slow path."""
+def assert_divides_without_slow_paths(source: str, path: Path, reciprocal: bool = True) -> None:
+    """Compile `source` (written to `path`) to PTX for sm_90 with CuPy's -ftz=true and check that it has no
+    IEEE-rounded division or reciprocal (div.rn / rcp.rn), which ptxas wraps in a branch to a slow path, and, with
+    `reciprocal`, that it takes its reciprocals as rcp.approx."""
     path.write_text(source)
-    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNEL_DIR}", "-o",
+    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "-std=c++17", "-ftz=true", f"-I{KERNEL_DIR}", "-o",
                           str(path.with_suffix(".ptx")), str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     ptx = path.with_suffix(".ptx").read_text()
-    assert "rcp.approx.ftz.f32" in ptx, f"{path.name}: no rcp.approx in the PTX"
-    assert not re.search(r"\b(?:div|rcp)\.rn\.f32\b", ptx), f"{path.name}: IEEE division in the PTX"
+    assert not reciprocal or "rcp.approx.ftz.f32" in ptx, f"{path.name}: no rcp.approx in the PTX"
+    assert not re.search(r"\b(?:div|rcp)\.rn(?:\.ftz)?\.f32\b", ptx), f"{path.name}: IEEE division in the PTX"

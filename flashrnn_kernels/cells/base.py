@@ -4,7 +4,8 @@ Each expression is checked with Python's `ast` when the spec is defined (only th
 below are accepted), then rendered two ways from the same syntax tree:
 
 - CUDA: `const float NAME = EXPR;` statements (`cuda_forward`, `cuda_backward`) for the fused kernel, which
-  includes `cells/ops.cuh` for the functions and binds the inputs as `const float` locals first;
+  includes `cells/ops.cuh` for the functions (and `cell_div` for `/`) and binds the inputs as `const float`
+  locals first;
 - torch: one Python function per direction, compiled once, evaluated by `torch_forward` / `torch_backward`.
 
 Expression grammar: `+ - * /`, unary minus, parentheses, numeric literals, names, and calls of
@@ -114,6 +115,8 @@ def _to_c(node: ast.expr) -> str:
     if isinstance(node, ast.UnaryOp):
         return f"({_UNARY_OPS[type(node.op)]}{_to_c(node.operand)})"
     if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div):  # ops.cuh's division without the IEEE slow-path branch
+            return f"cell_div({_to_c(node.left)}, {_to_c(node.right)})"
         return f"({_to_c(node.left)} {_BINARY_OPS[type(node.op)]} {_to_c(node.right)})"
     call = node  # validated: the only remaining node type
     assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name)

@@ -5,7 +5,7 @@
 // most 2 ulp) and reciprocals within 1 ulp (reciprocal_1_to_4), so a step agrees with an fp32 reference to about
 // 1e-6 relative. Defining FLASHRNN_FAST_ACTIVATIONS (meant for bf16/fp16 storage, whose rounding is 2^-8 / 2^-11)
 // switches tanh and sigmoid to the hardware tanh.approx.f32 (sm_75+, relative error about 2^-11), exp/log to
-// __expf/__logf and reciprocals to __fdividef.
+// __expf/__logf, reciprocals to __fdividef and divisions to the hardware reciprocal times the dividend.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,9 +82,35 @@ __device__ __forceinline__ float cell_log(float x) {
 #endif
 }
 
-// log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|), stable for any x.
+// log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|), stable for any x. FLASHRNN_FAST_ACTIVATIONS: __logf(1 + e), whose
+// absolute error (about 2^-21 on [1, 2]) is what the sum needs, instead of log1pf's call of the math library.
 __device__ __forceinline__ float cell_logsigmoid(float x) {
-    return fminf(x, 0.0f) - log1pf(cell_exp(-fabsf(x)));
+#ifdef FLASHRNN_FAST_ACTIVATIONS
+    return fminf(x, 0.0f) - __logf(1.0f + __expf(-fabsf(x)));
+#else
+    return fminf(x, 0.0f) - log1pf(expf(-fabsf(x)));
+#endif
+}
+
+// a / b (every `/` of a cell renders as cell_div) without the IEEE division's branch to its slow path, which ptxas
+// places around every division and which keeps independent elements' math from interleaving. Divisors above 2^100
+// are scaled down with their dividend (by an exact power of two) so that the hardware reciprocal stays a normal
+// number; then, unless FLASHRNN_FAST_ACTIVATIONS, one correction of the quotient (within 2 ulp of IEEE's). Zero,
+// infinite and NaN operands and overflowing quotients give IEEE's results. As everything CuPy compiles (it adds
+// -ftz=true), subnormal operands and results count as zero.
+__device__ __forceinline__ float cell_div(float a, float b) {
+    const float scale = fabsf(b) > 0x1p100f ? 0x1p-100f : 1.0f;
+    a *= scale;
+    b *= scale;
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+    const float q = a * r;
+#ifdef FLASHRNN_FAST_ACTIVATIONS
+    return q;
+#else
+    const float refined = fmaf(r, fmaf(-b, q, a), q);
+    return isfinite(refined) ? refined : q;  // a zero or infinite divisor, or an overflow: q is IEEE's value
+#endif
 }
 
 __device__ __forceinline__ float cell_maximum(float a, float b) { return fmaxf(a, b); }

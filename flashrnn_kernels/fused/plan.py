@@ -20,7 +20,7 @@ from ..runtime.device import current_gpu
 from . import tiling
 from .problem import FusedProblem, dtype_name
 
-VERSION = "fused-10"
+VERSION = "fused-11"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
 _MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()

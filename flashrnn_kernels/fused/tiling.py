@@ -46,7 +46,8 @@ from .problem import FusedProblem
 BASE_REGISTERS = {"forward": 48, "backward": 80}  # addresses, loop state, pointwise temporaries (ptxas -v)
 REGISTER_MARGIN = 16  # headroom for the scheduler (sm_80 code needs a few more registers than sm_90)
 REGISTER_MARGIN_SM100 = 80  # sm_100 forward code needs up to ~72 registers beyond the model, sm_90 16 (ptxas -v)
-STREAM_REGISTERS = 16  # per n-tile: fragments of the unrolled L2 stream in flight (ptxas -v)
+STREAM_REGISTERS = 32  # per n-tile: fragments of the unrolled L2 stream in flight (ptxas -v -ftz=true, as CuPy
+# compiles: the sm_90 fp32 2 x 512 forwards at 3 blocks per SM fill their 168 registers, and sLSTM spilled with 16)
 MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
 SMEM_BYTES_PER_CYCLE = 128

@@ -51,6 +51,7 @@ def _run_rendered_c(statements: str, values: dict[str, torch.Tensor]) -> dict[st
         return lambda *args: fn(*(torch.as_tensor(arg, dtype=torch.float64) for arg in args))
 
     namespace = {name: numbers_as_tensors(fn) for name, (_, _, fn) in FUNCTIONS.items()} | dict(values)
+    namespace["cell_div"] = numbers_as_tensors(torch.div)
     for line in statements.splitlines():
         match = re.fullmatch(r"const float (\w+) = (.*);", line)
         assert match, f"unexpected rendered line {line!r}"
@@ -121,7 +122,7 @@ def test_lstm_is_torch_formulation():
 def test_literals_render_as_float():
     forward = (("a_a", "x_a"), ("y_h", "1 / 2 * x_a - -s_h"))
     cell = CellSpec("half", ("a",), ("h",), forward, (("dx_a", "dy_h / 2"), ("ds_h", "dy_h")))
-    assert "const float y_h = (((1.0f / 2.0f) * x_a) - (-s_h));" in cell.cuda_forward().splitlines()
+    assert "const float y_h = ((cell_div(1.0f, 2.0f) * x_a) - (-s_h));" in cell.cuda_forward().splitlines()
     y, _ = cell.torch_forward({"a": torch.tensor([4.0])}, {"h": torch.tensor([1.0])})
     assert y["h"].item() == 3.0
 
@@ -212,3 +213,44 @@ def test_rendered_steps_compile_with_nvcc(arch, flags, tmp_path):
     command += ["-o", str(tmp_path / "cells.o")]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+_DIVIDE_KERNEL = r"""
+#include "cells/ops.cuh"
+extern "C" __global__ void divide(const float* a, const float* b, float* q, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) q[i] = cell_div(a[i], b[i]);
+}
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fast", [False, True])
+def test_cell_div_on_the_gpu_matches_ieee_division(fast):
+    """cell_div against IEEE division with subnormals flushed to zero (CuPy compiles with -ftz=true): random operands
+    over the whole exponent range within 2^-22 relative (2^-21 with the fast activations); zero, infinite, NaN and
+    subnormal operands, overflows and underflows as IEEE's."""
+    from flashrnn_kernels.runtime.compile import get_kernel
+
+    generator = torch.Generator().manual_seed(torch.seed() % 2**32)
+    n = 1 << 16
+    magnitude = lambda: torch.exp2(torch.empty(n).uniform_(-149, 127, generator=generator))  # noqa: E731
+    sign = lambda: torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)  # noqa: E731
+    a, b = sign() * magnitude(), sign() * magnitude()
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, 3e38, 1.0])
+    grid_a, grid_b = torch.cartesian_prod(special, special).unbind(1)
+    a, b = torch.cat([a, grid_a]).float(), torch.cat([b, grid_b]).float()
+    kernel = get_kernel(_DIVIDE_KERNEL, "divide", ("-DFLASHRNN_FAST_ACTIVATIONS",) if fast else ())
+    a_gpu, b_gpu = a.cuda(), b.cuda()
+    q = torch.full_like(a_gpu, 12345.0)
+    kernel(((a.numel() + 255) // 256,), (256,), (a_gpu.data_ptr(), b_gpu.data_ptr(), q.data_ptr(), a.numel()))
+    torch.cuda.synchronize()
+    flush = lambda x: torch.where(x.abs() < torch.finfo(torch.float32).tiny, x * 0, x)  # noqa: E731 (keeps the sign)
+    q, expected = q.cpu(), flush(flush(a) / flush(b))
+    assert torch.equal(torch.isnan(q), torch.isnan(expected)), "NaN where IEEE division gives none, or the reverse"
+    exact = ~torch.isnan(expected) & (torch.isinf(expected) | (expected == 0))
+    assert torch.equal(q[exact], expected[exact]), "an infinite or zero quotient differs from IEEE's"
+    normal = torch.isfinite(expected) & (expected != 0)
+    relative = ((q[normal] - expected[normal]).abs() / expected[normal].abs()).max().item()
+    bound = 2.0**-21 if fast else 2.0**-22  # 2 ulp; 1 where the correction's residual is not subnormal (FTZ)
+    assert relative <= bound, f"cell_div's relative error {relative:.3g} exceeds {bound:.3g}"

@@ -51,8 +51,8 @@ def _compile(p: KernelPlan, directory: Path) -> tuple[KernelPlan, str, int]:
     source = render(p)
     path = directory / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}_{p.arch}.cu"
     path.write_text(source)
-    cmd = [NVCC, "-cubin", f"-arch={p.arch}", "-Xptxas", "-v", "-std=c++17", f"-I{KERNEL_DIR}",
-           "-o", str(path.with_suffix(".cubin")), str(path)]
+    cmd = [NVCC, "-cubin", f"-arch={p.arch}", "-Xptxas", "-v", "-std=c++17", "-ftz=true", f"-I{KERNEL_DIR}",
+           "-o", str(path.with_suffix(".cubin")), str(path)]  # -ftz=true: CuPy adds it to every compile
     result = subprocess.run(cmd, capture_output=True, text=True)
     return p, result.stdout + result.stderr, result.returncode
 
@@ -99,11 +99,16 @@ def test_missing_plan_field_hits_error(tmp_path):
     assert result.returncode != 0 and "a plan field is missing" in result.stderr
 
 
-def test_fp32_lstm_and_gru_forward_divide_without_slow_paths(tmp_path, monkeypatch):
-    """The full-precision sigmoid divides through rcp.approx and a Newton step: ptxas wraps an IEEE-rounded division
-    (div.rn / rcp.rn) in a branch to a slow path on the step's critical path (H200, fp32 forward of 12 heads x 64: LSTM
-    1.24x, GRU 1.14x faster without it; fused_fp32_sigmoid_ab.md)."""
+def test_dividing_cells_divide_without_slow_paths(tmp_path, monkeypatch):
+    """The sigmoid and every `/` of a cell (ops.cuh's cell_div) divide through rcp.approx: ptxas wraps an
+    IEEE-rounded division (div.rn / rcp.rn) in a branch to a slow path on the step's critical path (H200, 12 heads x
+    64: fp32 LSTM / GRU forwards 1.24x / 1.14x faster without it, fused_fp32_sigmoid_ab.md; the bf16 sLSTM forward
+    1.6x, fused_slstm_division_ab.md)."""
     monkeypatch.setenv("FLASHRNN_CACHE_DIR", str(tmp_path))
-    for cell in ("lstm", "gru"):
-        source = render(plan(cell, 16, 12, 64, "fp32", gpu="H200-SXM-141GB"))
-        assert_divides_without_slow_paths(source, tmp_path / f"{cell}.cu")
+    cases = [(cell, dtype, "forward") for cell in ("lstm", "gru", "slstm") for dtype in ("fp32", "bf16")]
+    cases += [("slstm", dtype, "backward") for dtype in ("fp32", "bf16")]  # y_c / y_n and dn's / (y_n * y_n)
+    for cell, dtype, direction in cases:
+        source = render(plan(cell, 16, 12, 64, dtype, gpu="H200-SXM-141GB", direction=direction))
+        # bf16 sigmoids go through tanh.approx; every fp32 case and the bf16 sLSTM's divisions take rcp.approx
+        reciprocal = dtype == "fp32" or cell == "slstm"
+        assert_divides_without_slow_paths(source, tmp_path / f"{cell}_{dtype}_{direction}.cu", reciprocal)
