@@ -2,8 +2,8 @@
 // one helper here) and dtype conversions for the kernels. Compiles under NVRTC and nvcc.
 //
 // Accuracy: by default every helper uses the full-precision CUDA math library (expf, tanhf, logf, log1pf: at
-// most 2 ulp) and reciprocals within 1 ulp (reciprocal_1_to_4), so a step agrees with an fp32 reference to about
-// 1e-6 relative. Defining FLASHRNN_FAST_ACTIVATIONS (meant for bf16/fp16 storage, whose rounding is 2^-8 / 2^-11)
+// most 2 ulp), reciprocals within 1 ulp (reciprocal_1_to_4) and divisions within 2 ulp (cell_div), so a step agrees
+// with an fp32 reference to about 1e-6 relative. Defining FLASHRNN_FAST_ACTIVATIONS (meant for bf16/fp16 storage, whose rounding is 2^-8 / 2^-11)
 // switches tanh and sigmoid to the hardware tanh.approx.f32 (sm_75+, relative error about 2^-11), exp/log to
 // __expf/__logf, reciprocals to __fdividef and divisions to the hardware reciprocal times the dividend.
 #pragma once
