@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from flashrnn_kernels.runtime.compile import KERNEL_DIR
+from flashrnn_kernels.runtime.compile import DEFAULT_OPTIONS
+
+RUNTIME_OPTIONS = (*DEFAULT_OPTIONS, "-ftz=true")
+"""The options of a runtime compile, for nvcc checks of generated sources: compile.DEFAULT_OPTIONS, then the
+-ftz=true that CuPy appends to every compile (the kernels flush fp32 subnormals; ptxas schedules and allocates
+registers for that code)."""
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 
@@ -17,11 +22,11 @@ requires_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 
 def assert_divides_without_slow_paths(source: str, path: Path, reciprocal: bool = True) -> None:
-    """Compile `source` (written to `path`) to PTX for sm_90 with CuPy's -ftz=true and check that it has no
+    """Compile `source` (written to `path`) to PTX for sm_90 with RUNTIME_OPTIONS and check that it has no
     IEEE-rounded division or reciprocal (div.rn / rcp.rn), which ptxas wraps in a branch to a slow path, and, with
     `reciprocal`, that it takes its reciprocals as rcp.approx."""
     path.write_text(source)
-    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "-std=c++17", "-ftz=true", f"-I{KERNEL_DIR}", "-o",
+    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", *RUNTIME_OPTIONS, "-o",
                           str(path.with_suffix(".ptx")), str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     ptx = path.with_suffix(".ptx").read_text()

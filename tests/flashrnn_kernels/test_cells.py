@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +10,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from flashrnn_kernels.cells import CELLS, FUNCTIONS, CellSpec, CellSpecError, get_cell
-from tests.nvcc import NVCC, requires_nvcc
-
-KERNEL_DIR = Path(__file__).resolve().parents[2] / "flashrnn_kernels"
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
 
 
 def _random_inputs(cell: CellSpec, n: int = 257, seed: int = 0):
@@ -209,7 +206,7 @@ def _kernel_source(cell: CellSpec) -> str:
 def test_rendered_steps_compile_with_nvcc(arch, flags, tmp_path):
     source = tmp_path / "cells.cu"
     source.write_text('#include "cells/ops.cuh"\n' + "".join(_kernel_source(cell) for cell in CELLS.values()))
-    command = [NVCC, "-std=c++17", f"-arch={arch}", *flags, f"-I{KERNEL_DIR}", "-c", str(source)]
+    command = [NVCC, f"-arch={arch}", *RUNTIME_OPTIONS, *flags, "-c", str(source)]
     command += ["-o", str(tmp_path / "cells.o")]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -12,8 +12,7 @@ from flashrnn_kernels.alternating.choice import alternating_step_us, choose, fus
 from flashrnn_kernels.alternating.source import KERNEL_NAMES, render
 from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused.plan import plan
-from flashrnn_kernels.runtime.compile import KERNEL_DIR
-from tests.nvcc import NVCC, requires_nvcc
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
 
 H200 = "H200-SXM-141GB"
 
@@ -25,7 +24,7 @@ H200 = "H200-SXM-141GB"
 def test_pointwise_source_compiles_without_spills(tmp_path, cell, dtype, arch):
     path = tmp_path / f"{cell}_{dtype}.cu"
     path.write_text(render(cell, dtype))
-    result = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-std=c++17", f"-I{KERNEL_DIR}",
+    result = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", *RUNTIME_OPTIONS,
                              "-o", str(path.with_suffix(".cubin")), str(path)],
                             check=False, capture_output=True, text=True)
     log = result.stdout + result.stderr

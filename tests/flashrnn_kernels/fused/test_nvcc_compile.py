@@ -14,8 +14,7 @@ from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused import plan as plan_module
 from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
 from flashrnn_kernels.runtime.codegen import render
-from flashrnn_kernels.runtime.compile import KERNEL_DIR
-from tests.nvcc import NVCC, assert_divides_without_slow_paths, requires_nvcc
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, requires_nvcc
 
 pytestmark = requires_nvcc
 
@@ -51,8 +50,8 @@ def _compile(p: KernelPlan, directory: Path) -> tuple[KernelPlan, str, int]:
     source = render(p)
     path = directory / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}_{p.arch}.cu"
     path.write_text(source)
-    cmd = [NVCC, "-cubin", f"-arch={p.arch}", "-Xptxas", "-v", "-std=c++17", "-ftz=true", f"-I{KERNEL_DIR}",
-           "-o", str(path.with_suffix(".cubin")), str(path)]  # -ftz=true: CuPy adds it to every compile
+    cmd = [NVCC, "-cubin", f"-arch={p.arch}", "-Xptxas", "-v", *RUNTIME_OPTIONS, "-o", str(path.with_suffix(".cubin")),
+           str(path)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     return p, result.stdout + result.stderr, result.returncode
 
@@ -94,7 +93,7 @@ def test_missing_plan_field_hits_error(tmp_path):
     source = render(p).replace("#define WARPS_K", "#define NOT_WARPS_K", 1)
     path = tmp_path / "broken.cu"
     path.write_text(source)
-    result = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-std=c++17", f"-I{KERNEL_DIR}", "-o",
+    result = subprocess.run([NVCC, "-cubin", "-arch=sm_90", *RUNTIME_OPTIONS, "-o",
                              str(tmp_path / "broken.cubin"), str(path)], capture_output=True, text=True)
     assert result.returncode != 0 and "a plan field is missing" in result.stderr
 

@@ -15,11 +15,10 @@ import constrint
 import hwmodels
 import pytest
 
-from flashrnn_kernels.runtime.compile import KERNEL_DIR
 from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
                                         objective, WORK_MODELS, plan, register_cap, register_need)
 from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
-from tests.nvcc import NVCC, assert_divides_without_slow_paths, requires_nvcc
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, requires_nvcc
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
 
@@ -180,7 +179,7 @@ def _plan_or_none(problem, gpu, carry):
 def _ptxas(source: str, arch: str, tmp: Path) -> str:
     path = tmp / f"scan_{abs(hash(source))}_{arch}.cu"
     path.write_text(source)
-    out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-std=c++17", f"-I{KERNEL_DIR}", "-Xptxas", "-v",
+    out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", *RUNTIME_OPTIONS, "-Xptxas", "-v",
                           "-o", str(path.with_suffix(".cubin")), str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stderr
