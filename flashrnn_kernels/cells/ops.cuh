@@ -41,6 +41,13 @@ __device__ __forceinline__ float cell_exp(float x) {
 #endif
 }
 
+// The hardware reciprocal (at most 1 ulp off; 1 / 0 = inf, 1 / inf = 0; subnormal operands count as zero).
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
 // 1 / x for x in [1, 4] (1 + e^-|x| and sums of such terms). FLASHRNN_FAST_ACTIVATIONS: the hardware approximation.
 // Otherwise the approximation (at most 1 ulp off) refined by one Newton step, branch-free: ptxas wraps an IEEE-rounded
 // division or __frcp_rn in a branch to a slow path for special operands, and the branches kept it from interleaving
@@ -49,8 +56,7 @@ __device__ __forceinline__ float reciprocal_1_to_4(float x) {
 #ifdef FLASHRNN_FAST_ACTIVATIONS
     return __fdividef(1.0f, x);
 #else
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    const float r = rcp_approx(x);
     return fmaf(r, fmaf(-x, r, 1.0f), r);
 #endif
 }
@@ -86,9 +92,9 @@ __device__ __forceinline__ float cell_log(float x) {
 // absolute error (about 2^-21 on [1, 2]) is what the sum needs, instead of log1pf's call of the math library.
 __device__ __forceinline__ float cell_logsigmoid(float x) {
 #ifdef FLASHRNN_FAST_ACTIVATIONS
-    return fminf(x, 0.0f) - __logf(1.0f + __expf(-fabsf(x)));
+    return fminf(x, 0.0f) - __logf(1.0f + cell_exp(-fabsf(x)));
 #else
-    return fminf(x, 0.0f) - log1pf(expf(-fabsf(x)));
+    return fminf(x, 0.0f) - log1pf(cell_exp(-fabsf(x)));
 #endif
 }
 
@@ -102,9 +108,7 @@ __device__ __forceinline__ float cell_div(float a, float b) {
     const float scale = fabsf(b) > 0x1p100f ? 0x1p-100f : 1.0f;
     a *= scale;
     b *= scale;
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
-    const float q = a * r;
+    const float r = rcp_approx(b), q = a * r;
 #ifdef FLASHRNN_FAST_ACTIVATIONS
     return q;
 #else
