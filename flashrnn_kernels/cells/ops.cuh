@@ -145,3 +145,20 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// x rounded to the storage type T, also returned widened back to fp32 in `value` (a state that later steps read as it
+// was stored). bf16 rounds with the packing cvt and a zero upper half: from __float2bfloat16_rn and the widening,
+// ptxas fuses the pair into one F2F.BF16.F32 of the conversion pipe instead of the ALU's F2FP (sm_90, nvcc 13).
+template <typename T>
+__device__ __forceinline__ T round_to_storage(float x, float& value) {
+    const T r = from_float<T>(x);
+    value = to_float(r);
+    return r;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 round_to_storage<__nv_bfloat16>(float x, float& value) {
+    unsigned pair;
+    asm("cvt.rn.bf16x2.f32 %0, 0f00000000, %1;" : "=r"(pair) : "f"(x));
+    value = __uint_as_float(pair << 16);
+    return __ushort_as_bfloat16(static_cast<unsigned short>(pair));
+}

@@ -290,12 +290,15 @@ struct RecurrentA {
 __device__ __forceinline__ int owned_element(int q, int wk) { return WARPS_K == 1 ? q : wk + q * WARPS_K; }
 
 // Where slot q's element of warp wk sits in its row group's 16 x 8 * N_TILES accumulator tile: `row` (0..15) and
-// batch column `col`; false where the warp owns no element in that slot (the same for the whole warp).
+// batch column `col`; false where the warp owns no element in that slot (the same for the whole warp). Where WARPS_K
+// divides the 4 * N_TILES elements, every slot of every warp holds one: the answer is a constant, so that no branch
+// separates the slots' cell steps (which then interleave).
 __device__ __forceinline__ bool owned_slot(int q, int wk, int& row, int& col) {
     const int i = owned_element(q, wk), e = i & 3, lane = threadIdx.x & 31;
     row = (lane >> 2) + 8 * (e >> 1);
     col = (i >> 2) * 8 + 2 * (lane & 3) + (e & 1);
-    return i < 4 * N_TILES;
+    constexpr bool every_slot = WARPS_K <= 4 * N_TILES && (4 * N_TILES) % WARPS_K == 0;
+    return every_slot || i < 4 * N_TILES;
 }
 
 // Where element i's M_TILES partial sums of warp w of row group wm sit in `red`, laid out [warp][n][e][lane][m]: a
@@ -322,21 +325,29 @@ __device__ __forceinline__ void store_partials(const float (&acc)[M_TILES][N_TIL
         }
 }
 
-// The sum over the WARPS_K warps of element i's partial products (its owner calls it after the barrier).
+// The sum over the WARPS_K warps of element i's partial products (its owner calls it after the barrier): every
+// warp's values loaded first, then added pairwise (a chain of log2(WARPS_K) additions instead of WARPS_K).
 __device__ __forceinline__ void sum_partials(float* red, int wm, int i, float (&sum)[M_TILES]) {
-#pragma unroll
-    for (int m = 0; m < M_TILES; ++m) sum[m] = 0.f;
+    float part[WARPS_K][M_TILES];
 #pragma unroll
     for (int w = 0; w < WARPS_K; ++w) {
         const float* theirs = partials_at(red, w, wm, i);
         if constexpr (M_TILES == 4) {
             const float4 v = *reinterpret_cast<const float4*>(theirs);
-            sum[0] += v.x; sum[1] += v.y; sum[2] += v.z; sum[3] += v.w;
+            part[w][0] = v.x; part[w][1] = v.y; part[w][2] = v.z; part[w][3] = v.w;
         } else {
 #pragma unroll
-            for (int m = 0; m < M_TILES; ++m) sum[m] += theirs[m];
+            for (int m = 0; m < M_TILES; ++m) part[w][m] = theirs[m];
         }
     }
+#pragma unroll
+    for (int span = 1; span < WARPS_K; span *= 2)
+#pragma unroll
+        for (int w = 0; w + span < WARPS_K; w += 2 * span)
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) part[w][m] += part[w + span][m];
+#pragma unroll
+    for (int m = 0; m < M_TILES; ++m) sum[m] = part[0][m];
 }
 
 // The full products of slot q's element of warp wk: summed over the row group's warps from `red` (after
