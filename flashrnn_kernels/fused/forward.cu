@@ -177,10 +177,10 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
 #endif
 #endif
 
-        // The pre-activations of owned slot q (products + bias + Wx) into x[q]. With several slots, every slot's come
-        // before any cell step: loads that follow a slot's stores of h into shared memory would wait for them, which
-        // chained the slots one after another. A single slot keeps them inside its branch (split out, the 1 x 768
-        // forward took 3% longer).
+        // The pre-activations of owned slot q (products + bias + Wx) into x[q]. With several slots, all of them are
+        // computed before any cell step: loads that follow a slot's stores of h into shared memory would wait for
+        // them, which chained the slots one after another. A single slot keeps them inside its branch (split out,
+        // the 1 x 768 forward took 1-3% longer).
         float x[OWNED_SLOTS][G];
         auto pre_activations = [&](int q) {
             int o, h, col;
