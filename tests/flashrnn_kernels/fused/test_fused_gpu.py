@@ -7,6 +7,9 @@ normaliser near 0 divides h by it) and its stabiliser m starts near 0, as a runn
 """
 from __future__ import annotations
 
+import subprocess
+
+import hwmodels
 import pytest
 import torch
 
@@ -14,7 +17,9 @@ from flashrnn_kernels.cells import get_cell
 from flashrnn_kernels.fused import function
 from flashrnn_kernels.fused.function import flashrnn_fused
 from flashrnn_kernels.fused.plan import plan
+from flashrnn_kernels.runtime.codegen import render
 from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
 from tests.tolerances import TOLERANCES
 
 pytestmark = pytest.mark.gpu
@@ -98,6 +103,44 @@ def test_each_exchange_matches_float64(monkeypatch, cell, exchange, dtype, B, T,
     out, ref = run_both(B, T, NH, DH, DTYPES[dtype], cell=cell)
     bound = 3 * TOLERANCES[torch.float32]["rel"] if dtype == "fp32" and DH >= 1024 else None
     assert_close_rel(out, ref, DTYPES[dtype], bound)
+
+
+def compute_80_kernel(found, directory):
+    """The plan's kernel compiled by nvcc to PTX for compute_80 (the sm_80 code paths) and loaded through CuPy, which
+    has the driver compile it for the current GPU."""
+    import cupy
+
+    source = directory / f"{found.kernel_name}_{found.direction}.cu"
+    source.write_text(render(found))
+    ptx = source.with_suffix(".ptx")
+    out = subprocess.run([NVCC, "-ptx", "-arch=compute_80", *RUNTIME_OPTIONS, "-o", str(ptx), str(source)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    kernel = cupy.RawModule(path=str(ptx)).get_function(found.kernel_name)
+    if kernel.max_dynamic_shared_size_bytes < found.smem_bytes:
+        kernel.max_dynamic_shared_size_bytes = found.smem_bytes
+    return kernel
+
+
+@requires_nvcc
+@pytest.mark.parametrize("cell,dtype,B,T,NH,DH", [
+    ("lstm", "bf16", 17, 33, 1, 768), ("gru", "bf16", 5, 33, 1, 768), ("lstm", "fp32", 2, 8, 1, 768),
+    ("lstm", "bf16", 3, 64, 3, 256),
+])
+def test_sm80_code_matches_float64_here(monkeypatch, tmp_path, cell, dtype, B, T, NH, DH):
+    """What an A100 runs: its plans (sm_80 has no clusters, so a split head's blocks exchange through global memory;
+    the backward reduce-scatters partial sums or polls the gate gradients), compiled for compute_80, on this GPU."""
+    a100 = hwmodels.load("a100")
+    for direction in ("forward", "backward"):
+        assert plan(cell, B, NH, DH, dtype, gpu=a100, direction=direction).global_exchange
+    monkeypatch.setattr(function, "_device_gpu", lambda index: a100)
+    monkeypatch.setattr(function, "_kernel", lambda found: compute_80_kernel(found, tmp_path))
+    function._cached_launch.cache_clear()
+    try:
+        out, ref = run_both(B, T, NH, DH, DTYPES[dtype], cell=cell)
+    finally:
+        function._cached_launch.cache_clear()  # no launch keeps the A100 plan or the compute_80 kernel
+    assert_close_rel(out, ref, DTYPES[dtype])
 
 
 CELL_CASES = [  # (B, T, NH, DH): T=1024, odd batches, T=1, a cluster of blocks per head, R partly streamed from L2
