@@ -21,14 +21,21 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 requires_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 
+def compile_ptx(source: str, path: Path, arch: str) -> Path:
+    """Write `source` to `path` and compile it with RUNTIME_OPTIONS to PTX for `arch` (e.g. sm_90, compute_80);
+    returns the PTX file's path (the assertion carries nvcc's log)."""
+    path.write_text(source)
+    ptx = path.with_suffix(".ptx")
+    out = subprocess.run([NVCC, "-ptx", f"-arch={arch}", *RUNTIME_OPTIONS, "-o", str(ptx), str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return ptx
+
+
 def assert_divides_without_slow_paths(source: str, path: Path, reciprocal: bool = True) -> None:
     """Compile `source` (written to `path`) to PTX for sm_90 with RUNTIME_OPTIONS and check that it has no
     IEEE-rounded division or reciprocal (div.rn / rcp.rn), which ptxas wraps in a branch to a slow path, and, with
     `reciprocal`, that it takes its reciprocals as rcp.approx."""
-    path.write_text(source)
-    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", *RUNTIME_OPTIONS, "-o",
-                          str(path.with_suffix(".ptx")), str(path)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    ptx = path.with_suffix(".ptx").read_text()
+    ptx = compile_ptx(source, path, "sm_90").read_text()
     assert not reciprocal or "rcp.approx.ftz.f32" in ptx, f"{path.name}: no rcp.approx in the PTX"
     assert not re.search(r"\b(?:div|rcp)\.rn(?:\.ftz)?\.f32\b", ptx), f"{path.name}: IEEE division in the PTX"

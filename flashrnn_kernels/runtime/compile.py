@@ -97,13 +97,17 @@ def load_module(source: str, options: tuple[str, ...] = ()) -> Any:
     return module
 
 
-def get_kernel(source: str, name: str, options: tuple[str, ...] = (), dynamic_smem: int = 0) -> Any:
-    """A `cupy.RawKernel` from a compiled module, with its dynamic shared-memory limit raised when needed (the
-    default limit is 48 KiB minus the kernel's static shared memory)."""
-    kernel = load_module(source, options).get_function(name)
+def allow_dynamic_smem(kernel: Any, dynamic_smem: int) -> Any:
+    """`kernel` (a `cupy.RawKernel`) with its dynamic shared-memory limit raised to `dynamic_smem` bytes where it is
+    lower (the default limit is 48 KiB minus the kernel's static shared memory)."""
     if kernel.max_dynamic_shared_size_bytes < dynamic_smem:
         kernel.max_dynamic_shared_size_bytes = dynamic_smem
     return kernel
+
+
+def get_kernel(source: str, name: str, options: tuple[str, ...] = (), dynamic_smem: int = 0) -> Any:
+    """A `cupy.RawKernel` from a compiled module, allowed `dynamic_smem` bytes of dynamic shared memory."""
+    return allow_dynamic_smem(load_module(source, options).get_function(name), dynamic_smem)
 
 
 def _compile_only(source: str, options: tuple[str, ...]) -> None:

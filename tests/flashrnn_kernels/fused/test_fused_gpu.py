@@ -7,8 +7,6 @@ normaliser near 0 divides h by it) and its stabiliser m starts near 0, as a runn
 """
 from __future__ import annotations
 
-import subprocess
-
 import hwmodels
 import pytest
 import torch
@@ -18,8 +16,9 @@ from flashrnn_kernels.fused import function
 from flashrnn_kernels.fused.function import flashrnn_fused
 from flashrnn_kernels.fused.plan import plan
 from flashrnn_kernels.runtime.codegen import render
+from flashrnn_kernels.runtime.compile import allow_dynamic_smem
 from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
-from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
+from tests.nvcc import compile_ptx, requires_nvcc
 from tests.tolerances import TOLERANCES
 
 pytestmark = pytest.mark.gpu
@@ -110,16 +109,8 @@ def compute_80_kernel(found, directory):
     has the driver compile it for the current GPU."""
     import cupy
 
-    source = directory / f"{found.kernel_name}_{found.direction}.cu"
-    source.write_text(render(found))
-    ptx = source.with_suffix(".ptx")
-    out = subprocess.run([NVCC, "-ptx", "-arch=compute_80", *RUNTIME_OPTIONS, "-o", str(ptx), str(source)],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    kernel = cupy.RawModule(path=str(ptx)).get_function(found.kernel_name)
-    if kernel.max_dynamic_shared_size_bytes < found.smem_bytes:
-        kernel.max_dynamic_shared_size_bytes = found.smem_bytes
-    return kernel
+    ptx = compile_ptx(render(found), directory / f"{found.kernel_name}_{found.direction}.cu", "compute_80")
+    return allow_dynamic_smem(cupy.RawModule(path=str(ptx)).get_function(found.kernel_name), found.smem_bytes)
 
 
 @requires_nvcc
