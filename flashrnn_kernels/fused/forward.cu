@@ -40,6 +40,10 @@ static_assert(SM_TOTAL == PLAN_SMEM_BYTES, "shared memory layout differs from th
 // step they wait on an mbarrier until every owner warp has published h_t (the owners only arrive), since polls for
 // it issued earlier would find stale words.
 #define OWNER_GATE (FRAGMENT_EXCHANGE && WARPS_K > OWNER_WARPS_K)
+// A warp with a single owned slot reads bias + Wx of step t before the step's barrier, while its polls are in flight,
+// instead of after it next to the partial sums (those 2-byte loads conflict on shared-memory banks): Wx of step t+1
+// is then awaited before the barrier of step t. Through global memory only (the slot's cell step follows the barrier).
+#define WX_BEFORE_BARRIER (FRAGMENT_EXCHANGE && OWNED_SLOTS == 1 && STAGES >= 3)
 
 extern "C" __global__ void CLUSTER_ATTRIBUTE __launch_bounds__(THREADS, BLOCKS_PER_SM)
 flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__ R, const elem_t* __restrict__ bias,
@@ -137,7 +141,7 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     };
 #pragma unroll 1
     for (int t = 0; t < STAGES - 1; ++t) stage_wx(t);
-    cp_async_wait_group<STAGES - 2>();
+    cp_async_wait_group<WX_BEFORE_BARRIER ? STAGES - 3 : STAGES - 2>();
 #if !FRAGMENT_EXCHANGE
     ClusterExchange exchange;  // h_1 .. h_T between the blocks of a head
     exchange.init(bars, exchange_buf, valid_b, 1, 0, o_block, ROWS, 1, T);
@@ -148,16 +152,33 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
     for (int t = 0; t < T; ++t) {
         const elem_t* wx = wx_stage + (t % STAGES) * WX_TILE;
         float acc[M_TILES][N_TILES][4];
+        float wx_bias[G];  // bias + Wx of the single owned slot (WX_BEFORE_BARRIER)
+        auto bias_plus_wx = [&](int j, int h, int col, int row) {
+            return (h ? bias_r[j][1] : bias_r[j][0]) + to_float(wx[(col * G + j) * ROWS + wm * 16 + row]);
+        };
+#if WX_BEFORE_BARRIER
+        {
+            int o, h, col;
+            if (slot_at(0, o, h, col))
+#pragma unroll
+                for (int j = 0; j < G; ++j) wx_bias[j] = bias_plus_wx(j, h, col, o - o_warp);
+        }
+#endif
 #if FRAGMENT_EXCHANGE
         {
             fragment_words_t words;
             exchange.fetch(words, t, k_first);
+#if !WX_BEFORE_BARRIER
             cp_async_wait_group<STAGES - 2>();  // Wx of step t has landed (visible to all after the next barrier)
+#endif
             A.multiply(acc, FragmentWordsB{words});
         }
         float* partials = red + (t & 1) * RED_FLOATS;
 #if WARPS_K > 1
         store_partials(acc, partials, wm, wk);
+#endif
+#if WX_BEFORE_BARRIER
+        cp_async_wait_group<STAGES - 3>();  // Wx of step t+1 has landed (visible to all after the barrier)
 #endif
         __syncthreads();  // the partial sums are stored; every thread has read Wx of step t-1
         stage_wx(t + STAGES - 1);  // into the stage of step t-1
@@ -189,10 +210,8 @@ flashrnn_fused_forward(const elem_t* __restrict__ Wx, const elem_t* __restrict__
             float sum[M_TILES];
             owned_sums(acc, partials, wm, q, wk, sum);
 #pragma unroll
-            for (int j = 0; j < G; ++j) {  // bias + Wx first: that addition need not wait for the sums
-                const float bias_j = h ? bias_r[j][1] : bias_r[j][0];
-                x[q][j] = sum[j] + (bias_j + to_float(wx[(col * G + j) * ROWS + wm * 16 + row]));
-            }
+            for (int j = 0; j < G; ++j)  // bias + Wx first: that addition need not wait for the sums
+                x[q][j] = sum[j] + (WX_BEFORE_BARRIER ? wx_bias[j] : bias_plus_wx(j, h, col, row));
         };
         if constexpr (OWNED_SLOTS > 1)
 #pragma unroll
