@@ -22,6 +22,7 @@ Any other identifier assigned in the list is a local.
 from __future__ import annotations
 
 import ast
+import copy
 import keyword
 import math
 from collections.abc import Callable, Mapping
@@ -151,6 +152,17 @@ class _Program:
         return {name: _like(value, like) for name, value in zip(self.outputs, results)}
 
 
+class _DivisionAsCall(ast.NodeTransformer):
+    """`a / b` as `__div(a, b)` in the torch text, as the C text calls cell_div: Python's number / tensor multiplies
+    by the tensor's reciprocal (two roundings), and number / number raises where C gives inf."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Div):
+            return ast.Call(ast.Name("__div", ast.Load()), [node.left, node.right], [])
+        return node
+
+
 def _accept_numbers(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """`function` also called on literals (e.g. tanh(2)): numbers become 0-d tensors, which do not promote."""
 
@@ -187,9 +199,10 @@ def _build(assignments, inputs, outputs, where) -> _Program:
     if missing:
         raise CellSpecError(f"{where}: must assign {missing}")
     lines = [f"def __cell_step({', '.join(inputs)}):"]
-    lines += [f"    {name} = {ast.unparse(tree)}" for name, tree in trees]
+    lines += [f"    {name} = {ast.unparse(_DivisionAsCall().visit(copy.deepcopy(tree)))}" for name, tree in trees]
     lines.append(f"    return ({', '.join(outputs)},)")
     namespace = {name: _accept_numbers(torch_fn) for name, (_, _, torch_fn) in FUNCTIONS.items()}
+    namespace["__div"] = _accept_numbers(torch.div)
     exec(compile("\n".join(lines), f"<cell {where}>", "exec"), namespace)  # validated arithmetic only
     return _Program(tuple(inputs), tuple(outputs), tuple(trees), namespace["__cell_step"])
 
