@@ -161,20 +161,29 @@ def _device_index(device: torch.device | int | str | None) -> int:
     return torch.cuda.current_device() if device.index is None else device.index
 
 
+class _StreamHandle:
+    """A raw stream handle offered through the CUDA stream protocol (`__cuda_stream__`: version 0, handle)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.handle
+
+
 def _external_stream(index: int, handle: int) -> Any:
-    """The CuPy view of a raw stream of device `index`, made once per (device, stream handle)."""
+    """The CuPy view of a raw stream of device `index`, made once per (device, stream handle): through
+    `cupy.cuda.Stream.from_external` where CuPy has it (it deprecates `ExternalStream` from 14.2), else
+    `ExternalStream`. Callers use it inside `cupy.cuda.Device(index)` or on the current device, its own."""
     key = (index, handle)
     found = _cupy_streams.get(key)
     if found is None:
         import cupy
 
-        found = _cupy_streams[key] = cupy.cuda.ExternalStream(handle, index)
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        found = _cupy_streams[key] = (from_external(_StreamHandle(handle)) if from_external is not None
+                                      else cupy.cuda.ExternalStream(handle, index))
     return found
-
-
-def _cupy_stream(stream: torch.cuda.Stream) -> Any:
-    """The CuPy view of a torch stream, made once per (device, stream handle)."""
-    return _external_stream(stream.device_index, stream.cuda_stream)
 
 
 def clustered_cooperative_available() -> bool:

@@ -96,17 +96,23 @@ def make_fake():
         def __exit__(self, *exc):
             fake.entered.pop()
 
-    def external_stream(handle, device):
+    def external_stream(handle, device):  # ExternalStream(ptr, device_id), deprecated from CuPy 14.2
         stream = FakeExternalStream(handle, device)
         stream.fake = fake
         return stream
+
+    def from_external(obj):  # Stream.from_external: any object with __cuda_stream__ -> (0, handle); device unknown
+        version, handle = obj.__cuda_stream__()
+        assert version == 0 and type(handle) is int
+        return external_stream(handle, None)
 
     module = types.ModuleType("cupy")
     module.cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDevice=lambda: fake.device),
         driver=types.SimpleNamespace(launchKernel=launch_kernel, ctxGetCurrent=lambda: fake.context,
                                      CUDADriverError=CUDADriverError),
-        Device=Device, ExternalStream=external_stream)
+        Device=Device, ExternalStream=external_stream, Stream=types.SimpleNamespace(from_external=from_external))
+    fake.module = module
     return module, fake
 
 
@@ -196,7 +202,7 @@ def test_other_argument_types_go_through_cupys_launch(fake):
     first, second = kernel.kernel.calls
     assert first["args"][0] == np.uint64(t.data_ptr()) and first["args"][1] == np.float16(1.5)
     assert first["grid"] == (4,) and first["block"] == (8,) and first["smem"] == 16
-    assert (first["stream"].handle, first["stream"].device) == (STREAM, 0)
+    assert (first["stream"].handle, first["stream"].device) == (STREAM, None)
     assert second["args"][1] is marker
 
 
@@ -217,10 +223,19 @@ def test_stream_of_another_device_enters_its_device_and_stream(fake):
     launch(kernel, [2, 3], [32], (t, 5), shared_mem=64, device=DEVICE, stream=STREAM)
     assert fake.launches == [] and kernel.kernel.calls == []
     (call,) = kernel.calls
-    assert call["entered"] == [("device", 0), ("stream", STREAM, 0)]
+    assert call["entered"] == [("device", 0), ("stream", STREAM, None)]
     assert call["grid"] == (2, 3) and call["block"] == (32,) and call["smem"] == 64
     assert call["args"] == (np.uint64(t.data_ptr()), np.int32(5)) and type(call["args"][1]) is np.int32
     assert fake.entered == []
+
+
+def test_cupy_without_from_external_takes_external_stream_with_the_device(fake):
+    del fake.module.cuda.Stream.from_external  # CuPy before 14
+    fake.device = 1
+    kernel = FakeKernel(fake, (4,))
+    launch(kernel, (1,), (1,), (1,), device=DEVICE, stream=STREAM)
+    (call,) = kernel.calls
+    assert call["entered"] == [("device", 0), ("stream", STREAM, 0)]
 
 
 def test_torch_stream_and_current_stream(fake, monkeypatch):
