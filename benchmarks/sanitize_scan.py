@@ -2,8 +2,9 @@
 
 [B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of
 the chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole
-lanes; resident segments and chained one-chunk segments, both with the look-back). Exits 1 if any output or
-gradient is not finite or is far from the float64 reference loop; run it as
+lanes; resident segments and chained one-chunk segments, both with the look-back; resident segments of several
+chunks, see `plans`). Exits 1 if any output or gradient is not finite or is far from the float64 reference loop;
+run it as
 ``compute-sanitizer --tool racecheck python3 benchmarks/sanitize_scan.py``.
 """
 
@@ -25,6 +26,19 @@ CASES = {"linear": (reference.linear_scan_loop, 2), "min_gru": (reference.min_gr
          "min_lstm": (reference.min_lstm_loop, 3)}
 
 
+def plans(name: str, dtype: torch.dtype, gpu) -> list:
+    """(label, forward plan, backward plan): the best plan of every carry mode, then the resident plans on fewer SMs,
+    so that their segments hold up to `stages` chunks (pass B rescans them from shared memory) and one more (pass B
+    stages them again)."""
+    pairs = [(carry, *(kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
+                       for d in ("forward", "backward"))) for carry in CARRIES]
+    resident = next(pair[1:] for pair in pairs if pair[0] == "resident")
+    for extra in (0, 1):
+        fewer = [p.on_fewer_sms(B * p.d_tiles(D), p.chunks(T), p.stages + extra) for p in resident]
+        pairs.append((f"resident stages+{extra}", *fewer))
+    return pairs
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("sanitize_scan: CUDA is not available; it needs a GPU.", file=sys.stderr)
@@ -42,9 +56,7 @@ def main() -> int:
             ref_inputs = [x.cpu().double().requires_grad_() for x in [*inputs, h0]]  # few launches
             ref_h = loop(*ref_inputs)
             ref_grads = torch.autograd.grad(ref_h, ref_inputs, dy.cpu().double())
-            for carry in CARRIES:
-                fwd, bwd = (kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu,
-                                                  carry) for d in ("forward", "backward"))
+            for carry, fwd, bwd in plans(name, dtype, gpu):
                 (h,) = run_scan(name, "forward", inputs, h0, kernel_plan=fwd)
                 grads = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd)
                 for label, got, want in [("h", h, ref_h), *((f"grad{i}", g, r) for i, (g, r) in
@@ -52,7 +64,7 @@ def main() -> int:
                     err = common.relative_error(got.cpu(), want)
                     ok = bool(torch.isfinite(got).all()) and err <= TOLERANCE
                     failed |= not ok
-                    print(f"{name:8s} {B}x{T}x{D} {carry:8s} {str(dtype):15s} {label:6s} rel_err={err:.2e} "
+                    print(f"{name:8s} {B}x{T}x{D} {carry:20s} {str(dtype):15s} {label:6s} rel_err={err:.2e} "
                           f"{'ok' if ok else 'FAILED'}")
     torch.cuda.synchronize()
     print("sanitize_scan:", "FAILED" if failed else "passed")

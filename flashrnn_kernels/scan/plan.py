@@ -249,11 +249,19 @@ def linear_register_need(steps):
     return LINEAR_REGISTERS + (LINEAR_REGISTERS_16 - LINEAR_REGISTERS) * (steps // 16)
 
 
-def register_need(problem: ScanProblem, steps: int, vec: int) -> int:
-    """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD)."""
+def prefix_register_need(stages, vec):
+    """Registers of a split lane's row maps from its segment's start, kept from pass A to pass B (scan.cu,
+    fold_chunk): 2 * stages * vec fp32 values, in whole allocation units of 8 (ints or model variables)."""
+    return (2 * stages * vec + 7) // 8 * 8
+
+
+def register_need(problem: ScanProblem, steps: int, vec: int, stages: int, carry: str) -> int:
+    """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD; split lanes add
+    prefix_register_need)."""
+    prefix = prefix_register_need(stages, vec) if carry == "resident" else 0
     if problem.cell == "linear":
-        return linear_register_need(steps)
-    return map_register_need(problem, max(MIN_MAP_FLOATS // 2, steps * vec))
+        return linear_register_need(steps) + prefix
+    return map_register_need(problem, max(MIN_MAP_FLOATS // 2, steps * vec)) + prefix
 
 
 def map_register_need(problem: ScanProblem, map_values):
@@ -344,6 +352,15 @@ class ScanPlan:
             return chunks
         return max(1, min(chunks, self.slots // lanes))
 
+    def on_fewer_sms(self, lanes: int, chunks: int, chunks_per_segment: int) -> ScanPlan:
+        """This plan of resident segments on a GPU with as few SMs as split `lanes` of `chunks` into segments of at
+        most `chunks_per_segment` chunks (tests and compute-sanitizer reach both forms of pass B with it: segments
+        that stay staged after pass A, and longer ones)."""
+        if self.carry != "resident":
+            raise ValueError(f"only resident segments run on fewer SMs, not carry={self.carry!r}")
+        segments = -(-chunks // chunks_per_segment)
+        return dataclasses.replace(self, sm_count=-(-segments * lanes // self.min_blocks))
+
     def d_tiles(self, hidden_dim: int) -> int:
         return -(-hidden_dim // self.tile)
 
@@ -363,6 +380,7 @@ class ScanPlan:
             "SCAN_REVERSE": int(self.problem.direction == "backward"),
             "SCAN_DTYPE": list(DTYPES).index(self.problem.dtype),
             "SCAN_FAST": int(self.problem.fast_math),
+            "SCAN_SPLIT": int(self.carry != "whole"),
         }
 
     def source(self) -> str:
@@ -438,6 +456,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     else:
         need = map_register_need(problem, steps * vec)
         m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
+    need = need + resident * prefix_register_need(stages, vec)
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")
     m.add(need * threads <= gpu.regs_per_block, name="regs_per_block")
     m.add(smem <= gpu.smem_per_block_optin, name="smem_per_block")
@@ -539,12 +558,13 @@ def objective(m: constrint.Model):
     segments, steps per thread nearer WorkModel.chained_steps (measured faster where the model ties: H200, linear_scan
     [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the linear
     scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16
-    x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us). Each term's
-    weight exceeds the sum of the later ones."""
+    x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us), then
+    for resident segments, fewer stages (fewer registers: prefix_register_need). Each term's weight exceeds the sum of
+    the later ones."""
     v = m.var
     ties = (8192 * (v("resident") + v("chained")) + 65 * v("preferred_block_warps") + v("threads_t")
             + 32 // v("threads_d") + 4 * v("chained") * v("steps_from_preferred"))
-    return 2**18 * v("time_ns") + 16 * ties + 16 - v("preferred_occupancy")
+    return 2**20 * v("time_ns") + 64 * ties + 4 * (16 - v("preferred_occupancy")) + v("resident") * (v("stages") - 1)
 
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
@@ -559,7 +579,7 @@ def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
 def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, m: constrint.Model) -> ScanPlan:
     sol = m.minimize(objective(m))
     threads = sol["threads_d"] * sol["threads_t"]
-    need = register_need(problem, sol["steps"], sol["vec"])
+    need = register_need(problem, sol["steps"], sol["vec"], sol["stages"], CARRIES[sol["carry"]])
     tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
     smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile, sol["stages"])
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm

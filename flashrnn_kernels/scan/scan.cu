@@ -16,15 +16,17 @@
 //
 // Blocks and carries: a lane is split into `segments` (a launch argument) runs of consecutive chunks, one block
 // each (block = segment * lanes + lane). A block walks its chunks in order and keeps the carry in registers. With one
-// segment per lane (enough lanes to fill the GPU) that is all: no inter-block communication. With more, every segment
+// segment per lane (enough lanes to fill the GPU) that is all: no inter-block communication; plans of whole lanes
+// (SCAN_SPLIT 0) compile nothing else and are launched with one segment. With more, every segment
 // first streams its inputs to fold them into its map h -> A h + B (pass A). Segment 0 then publishes its final state
 // A h0 + B at once; every later one publishes its map and looks back (decoupled look-back: in rounds of
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
 // memory, and a published final state ends the composition), then publishes its own final state A carry + B. Each
 // segment then walks its chunks again writing the outputs (pass B). A segment of at most SCAN_STAGES chunks is
 // still staged after pass A, so pass B reads it from shared memory (the chained plans: one chunk per segment, one
-// pass over memory); longer ones (the resident plans) stage pass B again, mostly from L2, its first chunks during the
-// look-back.
+// pass over memory); there pass A also keeps each thread row's map from the segment's start, so that pass B rescans
+// every row of every chunk from the segment's carry-in at once, without phases 1 and 2. Longer segments (most
+// resident plans) stage pass B again, mostly from L2, its first chunks during the look-back.
 // A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
 // when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
 // starts no later than it (blocks are dispatched in index order), so the waits always end.
@@ -34,7 +36,7 @@
 // a = f / (f + i), b = i / (f + i) * g(h_pre). g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise.
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
-    !defined(SCAN_FAST) || !defined(SCAN_STAGES)
+    !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -407,23 +409,24 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         store_row(s_b, ty, fb);
     };
 
-    // Phase 3: this thread rescans its steps from its row's carry-in (s_a row ty) and writes the outputs.
-    auto rescan = [&](int buf, const ChunkAt& at, auto full) {
-        float state[SCAN_VEC];
-        load_row(s_a, ty, state);
+    // Phase 3: this thread rescans its steps from its row's carry-in `state` and writes the outputs. The steps' maps
+    // come from the staged inputs (the linear cell, or `staged`) or from ma / mb, which phase 1 of this chunk filled.
+    auto rescan = [&](int buf, const ChunkAt& at, auto full, float (&state)[SCAN_VEC], auto staged_maps) {
 #pragma unroll
         for (int i = 0; i < SCAN_STEPS; ++i) {
             const int s = at.s0 + i;
             if (decltype(full)::value || s < T) {
-#if SCAN_CELL == 0
-                float ma_i[SCAN_VEC], mb_i[SCAN_VEC];
-                step_maps(buf, at, i, ma_i, mb_i, full);
+                if constexpr (SCAN_CELL == 0 || decltype(staged_maps)::value) {
+                    float ma_i[SCAN_VEC], mb_i[SCAN_VEC];
+                    step_maps(buf, at, i, ma_i, mb_i, full);
 #pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma_i[j], state[j], mb_i[j]);
-#else
+                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma_i[j], state[j], mb_i[j]);
+                } else {
+#if SCAN_CELL != 0
 #pragma unroll
-                for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma[i][j], state[j], mb[i][j]);
+                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(ma[i][j], state[j], mb[i][j]);
 #endif
+                }
                 const long long off = at.base + (long long)i * at.step;
 #if SCAN_REVERSE
                 const int t = at.t0 - i;
@@ -502,14 +505,20 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             }
         }
         __syncthreads();
-        if (full) rescan(buf, at, Flag<true>());
-        else if (at.active) rescan(buf, at, Flag<false>());
+        float state[SCAN_VEC];
+        load_row(s_a, ty, state);
+        if (full) rescan(buf, at, Flag<true>(), state, Flag<false>());
+        else if (at.active) rescan(buf, at, Flag<false>(), state, Flag<false>());
         __syncthreads();  // s_a is read before the next chunk's phase 1 writes it
     };
 
-    // One chunk of pass A: phase 1, then the owners fold the rows' maps into the segment's map so far.
+    // One chunk of pass A: phase 1, then the owners fold the rows' maps into the segment's map so far. With `record`,
+    // each row's map from the segment's start to the row (the owners' map so far, before the row's) goes into
+    // (pre_a, pre_b) of the row's threads: in a segment that stays staged, pass B then needs neither phase 1 nor
+    // phase 2, since a row's carry-in is pre_a * (the segment's carry-in) + pre_b.
     float acc_a[SCAN_OWNED], acc_b[SCAN_OWNED];  // per owned channel
-    auto fold_chunk = [&](int buf, const ChunkAt& at) {
+    auto fold_chunk = [&](int buf, const ChunkAt& at, auto record, float (&pre_a)[SCAN_VEC],
+                          float (&pre_b)[SCAN_VEC]) {
         if (at.complete(T)) fold_steps(buf, at, Flag<true>());
         else fold_steps(buf, at, Flag<false>());
         __syncthreads();
@@ -517,13 +526,21 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;
             if (owned(k, c)) {
-                for_rows(c, Rows<SCAN_ROW_BATCH>(), [&](int, float a, float b) {
+                for_rows(c, Rows<SCAN_ROW_BATCH>(), [&](int r, float a, float b) {
+                    if constexpr (decltype(record)::value) {
+                        s_a[r][c] = acc_a[k];
+                        s_b[r][c] = acc_b[k];
+                    }
                     acc_b[k] = fmaf(a, acc_b[k], b);
                     acc_a[k] = a * acc_a[k];
                 });
             }
         }
         __syncthreads();
+        if constexpr (decltype(record)::value) {  // this thread's own piece of row ty, which only it writes next
+            load_row(s_a, ty, pre_a);
+            load_row(s_b, ty, pre_b);
+        }
     };
 
     // Stage the first SCAN_STAGES - 1 chunks of [first, end); then walk them, staging ahead (unless every chunk is
@@ -535,17 +552,18 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             cp_async_commit();
         }
     };
+    // Chunk c's turn of a walk: stage chunk c + SCAN_STAGES - 1 ahead, wait for chunk c; its buffer.
+    auto advance = [&](int c) {
+        const int ahead = c + SCAN_STAGES - 1;
+        if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), T, D,
+                                     x1, x2, x3, dy);
+        cp_async_commit();
+        cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
+        return (c - first) % SCAN_STAGES;
+    };
     auto walk = [&](auto&& body, bool staging) {
-        for (int c = first; c < end; ++c) {
-            if (staging) {
-                const int ahead = c + SCAN_STAGES - 1;
-                if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D),
-                                             T, D, x1, x2, x3, dy);
-                cp_async_commit();
-                cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
-            }
-            body((c - first) % SCAN_STAGES, ChunkAt(c, lane, d_tiles, T, D));
-        }
+        for (int c = first; c < end; ++c) body(staging ? advance(c) : (c - first) % SCAN_STAGES,
+                                                ChunkAt(c, lane, d_tiles, T, D));
     };
 
     const ChunkAt lane_at(first, lane, d_tiles, T, D);  // for the lane's batch row and this thread's channels
@@ -556,12 +574,14 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             return to_float(h0[(long long)lane_at.batch * D + lane_at.d + j]);
         return 0.0f;
     };
-    if (segments == 1) {
+    if (!SCAN_SPLIT || segments == 1) {  // a plan of whole lanes (SCAN_SPLIT 0) is launched with one segment
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) carry[k] = initial(k);
         prologue();
         walk(scan_chunk, true);
-    } else {
+    }
+#if SCAN_SPLIT
+    else {
         const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
         const long long mine = word0 + (long long)seg * SCAN_TILE;       // this segment's words
         const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
@@ -573,8 +593,18 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             acc_a[k] = 1.0f;
             acc_b[k] = 0.0f;
         }
+        float pre_a[SCAN_STAGES][SCAN_VEC], pre_b[SCAN_STAGES][SCAN_VEC];  // per staged chunk: see fold_chunk
         prologue();
-        walk(fold_chunk, true);
+        if (kept) {
+#pragma unroll
+            for (int q = 0; q < SCAN_STAGES; ++q)  // unrolled, so that pre_a / pre_b stay in registers
+                if (first + q < end)
+                    fold_chunk(advance(first + q), ChunkAt(first + q, lane, d_tiles, T, D), Flag<true>(), pre_a[q],
+                               pre_b[q]);
+            __syncthreads();  // the rows' reads of their maps end before the look-back writes s_a / s_b
+        } else {
+            walk([&](int buf, const ChunkAt& at) { fold_chunk(buf, at, Flag<false>(), pre_a[0], pre_b[0]); }, true);
+        }
         if (seg > 0) {
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
@@ -681,7 +711,32 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             carry[k] = lb[k];
             if (owned(k, c)) publish(seg_b + mine + c, fmaf(acc_a[k], lb[k], acc_b[k]), final_tag);
         }
-        walk(scan_chunk, !kept);  // pass B
+        // pass B
+        if (kept) {  // every row's carry-in straight from the segment's, lb, which the owners pass on in s_a row 0
+#pragma unroll
+            for (int k = 0; k < SCAN_OWNED; ++k) {
+                int c;
+                if (owned(k, c)) s_a[0][c] = lb[k];  // the barrier before the look-back, or its last, ended all reads
+            }
+            __syncthreads();
+            float seg_in[SCAN_VEC];
+            load_row(s_a, 0, seg_in);
+#pragma unroll
+            for (int q = 0; q < SCAN_STAGES; ++q) {
+                if (first + q < end) {
+                    const ChunkAt at(first + q, lane, d_tiles, T, D);
+                    float state[SCAN_VEC];
+#pragma unroll
+                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(pre_a[q][j], seg_in[j], pre_b[q][j]);
+                    // ma / mb hold the last chunk's maps: the only one where a segment is one chunk
+                    if (at.complete(T)) rescan(q, at, Flag<true>(), state, Flag<(SCAN_STAGES > 1)>());
+                    else if (at.active) rescan(q, at, Flag<false>(), state, Flag<(SCAN_STAGES > 1)>());
+                }
+            }
+        } else {
+            walk(scan_chunk, true);
+        }
     }
+#endif
     cp_async_wait_group<0>();
 }

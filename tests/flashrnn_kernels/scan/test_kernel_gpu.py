@@ -179,27 +179,16 @@ def test_workspace_reuse_across_shapes_and_epoch_wrap():
         _check("min_gru", torch.float32, 2, 4000, 64, False)
 
 
-@pytest.mark.parametrize("shape", [(3, 1000, 96), (1, 5000, 64), (4, 700, 1536)])
-@pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("name", list(OPS))
-def test_every_carry_mode(name, dtype, carry, shape):
-    """The best plan of each carry mode (whole lanes, resident segments, chained one-chunk segments), whichever the
-    solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
-    reference."""
-    from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
-    from flashrnn_kernels.scan.plan import kernel_plan_for_carry
-    from flashrnn_kernels.scan.problem import ScanProblem
+def _check_plans(name, dtype, shape, plans, label):
+    """Forward h (plans[0]) and the backward's gradients of the inputs and h0 (plans[1]) against the fp64 reference,
+    on poisoned memory."""
+    from flashrnn_kernels.scan.function import run_scan
 
     B, T, D = shape
-    n = OPS[name][2]
-    gpu = _device_gpu(torch.cuda.current_device())
-    plans = [kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
-             for d in ("forward", "backward")]
     if name == "linear":
         inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
     else:
-        inputs = [torch.randn(B, T, D, device="cuda") for _ in range(n)]
+        inputs = [torch.randn(B, T, D, device="cuda") for _ in range(OPS[name][2])]
     inputs = [t.to(dtype) for t in inputs]
     h0 = (torch.rand(B, D, device="cuda") + 0.1).to(dtype)
     dy = torch.randn(B, T, D, device="cuda").to(dtype)
@@ -212,7 +201,46 @@ def test_every_carry_mode(name, dtype, carry, shape):
     errors.update({f"d{i}": relative_error(g, r) for i, (g, r) in enumerate(zip(grads, grads_ref))})
     limits = {"dh0": TOL[dtype], **_limits(name, dtype, inputs, h0, dy, h_ref, grads_ref, TOL[dtype])}
     bad = {k: (v, limits[k]) for k, v in errors.items() if not v <= limits[k]}
-    assert not bad, f"{name} {dtype} {shape} carry={carry} {plans[0]}: (error, limit) {bad}"
+    assert not bad, f"{name} {dtype} {shape} {label} {plans[0]}: (error, limit) {bad}"
+
+
+def _carry_plans(name, dtype, shape, carry):
+    from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu
+    from flashrnn_kernels.scan.plan import kernel_plan_for_carry
+    from flashrnn_kernels.scan.problem import ScanProblem
+
+    gpu = _device_gpu(torch.cuda.current_device())
+    return [kernel_plan_for_carry(ScanProblem.for_shape(name, *shape, TORCH_DTYPES[dtype], d), gpu, carry)
+            for d in ("forward", "backward")]
+
+
+@pytest.mark.parametrize("shape", [(3, 1000, 96), (1, 5000, 64), (4, 700, 1536)])
+@pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_every_carry_mode(name, dtype, carry, shape):
+    """The best plan of each carry mode (whole lanes, resident segments, chained one-chunk segments), whichever the
+    solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
+    reference."""
+    _check_plans(name, dtype, shape, _carry_plans(name, dtype, shape, carry), f"carry={carry}")
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["staged", "restaged"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_resident_segments_of_several_chunks(name, dtype, extra):
+    """Resident segments of `stages` chunks, which pass A leaves staged (pass B rescans each row from its map since
+    the segment's start), and of `stages` + 1 chunks, which pass B stages again (phases 1 and 2 per chunk): the plans
+    run as on a GPU with fewer SMs, so that [3, 4000, 96] splits into such segments."""
+    shape = (3, 4000, 96)
+    plans = []
+    for p in _carry_plans(name, dtype, shape, "resident"):
+        lanes, chunks = shape[0] * p.d_tiles(shape[2]), p.chunks(shape[1])
+        q = p.on_fewer_sms(lanes, chunks, p.stages + extra)
+        longest = -(-chunks // q.segments(lanes, chunks))
+        assert longest == p.stages + extra, (p, longest)
+        plans.append(q)
+    _check_plans(name, dtype, shape, plans, f"segments of stages + {extra} chunks")
 
 
 @pytest.mark.parametrize("shape", [(2, 0, 4), (0, 5, 4), (2, 5, 0)])

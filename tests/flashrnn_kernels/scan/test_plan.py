@@ -41,7 +41,7 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert p.tile <= problem.hidden_dim
         assert p.regs_estimate <= gpu.max_regs_per_thread and p.smem_bytes <= gpu.smem_per_block
         assert p.smem_bytes + p.stage_bytes <= gpu.smem_per_block_optin
-        need = register_need(p.problem, p.steps, p.vec)
+        need = register_need(p.problem, p.steps, p.vec, p.stages, p.carry)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes + p.stage_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 1
         assert p.min_blocks * p.threads >= min_resident_warps(p.carry, p.problem.direction) * gpu.warp_size
@@ -229,3 +229,16 @@ def test_fp32_gate_kernels_divide_without_slow_paths(tmp_path):
         for direction in ("forward", "backward"):
             source = plan(ScanProblem.for_shape(cell, 8, 4096, 1536, "float32", direction), gpu).source()
             assert_divides_without_slow_paths(source, tmp_path / f"{cell}_{direction}.cu")
+
+
+def test_resident_plans_on_fewer_sms_split_lanes_into_longer_segments():
+    gpu = hwmodels.load("H200-SXM-141GB")
+    p = carry_plan(ScanProblem.for_shape("linear", 3, 4000, 96, "float32"), gpu, "resident")
+    lanes, chunks = 3 * p.d_tiles(96), p.chunks(4000)
+    assert -(-chunks // p.segments(lanes, chunks)) == 1
+    for per_segment in (2, 3, 4):
+        q = p.on_fewer_sms(lanes, chunks, per_segment)
+        assert -(-chunks // q.segments(lanes, chunks)) == per_segment
+        assert q.source() == p.source()  # the same kernel, launched with fewer segments
+    with pytest.raises(ValueError, match="resident"):
+        carry_plan(ScanProblem.for_shape("linear", 3, 4000, 96, "float32"), gpu, "whole").on_fewer_sms(3, 8, 2)
