@@ -4,8 +4,10 @@ Shapes are [B, T, D] (the `shape` column is B x T x D): [8, T, 1536] for T from 
 [1, 65536, 64].
 
 Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton) on the same data in their
-[B, D, T] layout; fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates by torch,
-then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T only).
+[B, D, T] layout, forward and forward + backward (each accelerated-scan kernel in its own process: a fault there
+costs only its own rows); fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates
+by torch, then linear_scan), the PyTorch log-space form, and the sequential reference loop on GPU and CPU (short T
+only).
 Two times per row: `call ms`, the median of CUDA-event-timed single calls (what a caller sees, host work
 included), and `ms`, the device time per call from a CUDA graph of repeated calls (no host work: the kernels' own
 speed). Bandwidth and the kernel targets use the device time; "faster than the CPU" uses the call time.
@@ -138,20 +140,34 @@ def _time(fn, repeat=20, budget_ms=200.0, graph=True):
         return (call_ms, float("nan")), f"graph capture: {type(exc).__name__}: {exc}"[:160]
 
 
-def bench_linear(shape, dname, copy_bw, impl):
-    """The linear_scan row of `impl`: "ours" or an accelerated-scan kernel's name."""
+def bench_linear(shape, dname, copy_bw, impl, passes=("forward", "forward+backward")):
+    """The linear_scan rows of `impl` ("ours" or an accelerated-scan kernel's name) for each of `passes`: forward,
+    and forward + backward (the gradients of a and b through autograd)."""
     B, T, D = shape
     dtype = DTYPES[dname]
     a = (torch.rand(B, T, D, device="cuda") * 0.5 + 0.5).to(dtype)
     b = torch.randn(B, T, D, device="cuda").to(dtype)
-    moved = 3 * a.numel() * a.element_size()
+    dy = torch.randn(B, T, D, device="cuda").to(dtype)
     if impl == "ours":
-        ms, err = _time(lambda: linear_scan(a, b))
-    else:
+        scan = linear_scan
+    else:  # accelerated-scan's layout is [B, D, T]
         scan = accelerated_scan_kernels()[impl]
-        at, bt = a.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()
-        ms, err = _time(lambda: scan(at, bt)) if callable(scan) else (NAN, scan)
-    return [_row("linear_scan", impl, shape, dname, ms, moved, copy_bw, error=err)]
+        a, b, dy = (t.transpose(1, 2).contiguous() for t in (a, b, dy))
+    # minimum traffic: forward a, b in, h out; backward a, h, dy in, the gradients of a and b out
+    size = a.numel() * a.element_size()
+    if not callable(scan):
+        return [_row("linear_scan", impl, shape, dname, NAN, size, copy_bw, pass_=p, error=scan) for p in passes]
+    a.requires_grad_(), b.requires_grad_()
+    rows = []
+    if "forward" in passes:
+        with torch.no_grad():
+            ms, err = _time(lambda: scan(a, b))
+        rows.append(_row("linear_scan", impl, shape, dname, ms, 3 * size, copy_bw, pass_="forward", error=err))
+    if "forward+backward" in passes:
+        ms, err = _time(lambda: torch.autograd.grad(scan(a, b), (a, b), dy))
+        rows.append(_row("linear_scan", impl, shape, dname, ms, 8 * size, copy_bw, pass_="forward+backward",
+                         error=err))
+    return rows
 
 
 def _launchable(trial, gpu, hidden_dim):
@@ -411,7 +427,7 @@ def bench_cell(cell, shape, dname, copy_bw, cpu):
     if T <= SEQUENTIAL_MAX_T:
         impls["sequential loop (GPU)"] = loop
     # minimum traffic of the fused kernels: forward n in + h out; backward n in + h + dy in, n grads out
-    moved = {"forward": (n + 1) * dy.numel() * esize, "forward+backward": (4 * n + 3) * dy.numel() * esize}
+    moved = {"forward": (n + 1) * dy.numel() * esize, "forward+backward": (3 * n + 3) * dy.numel() * esize}
     rows = []
     for impl, fn in impls.items():
         repeat = 3 if "sequential" in impl else 20
@@ -444,8 +460,9 @@ def judge(rows):
     for r in rows:
         if r["op"] == "linear_scan" and r["impl"] == "ours":
             others = [o["ms"] for o in rows if o["op"] == "linear_scan" and o["impl"] != "ours"
-                      and (o["shape"], o["dtype"]) == (r["shape"], r["dtype"]) and o["ms"] == o["ms"]]
-            if r["T"] >= 4096:
+                      and (o["shape"], o["dtype"], o.get("pass_")) == (r["shape"], r["dtype"], r.get("pass_"))
+                      and o["ms"] == o["ms"]]
+            if r["T"] >= 4096 and r.get("pass_") == "forward":
                 r["target >=95% copy"] = "pass" if r["% of copy"] >= 95 else "FAIL"
             if others:
                 best = min(others)
@@ -489,9 +506,8 @@ def main(argv=None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.group:
         shape, dname, part, copy_bw, quick, out = json.loads(args.group)
-        rows = _group_rows(tuple(shape), dname, part, copy_bw, quick)
-        Path(out).write_text(json.dumps(rows))
-        return rows
+        return _group_rows(tuple(shape), dname, part, copy_bw, quick,
+                           flush=lambda rows: Path(out).write_text(json.dumps(rows)))
     if not torch.cuda.is_available():
         raise SystemExit("bench_scan needs a CUDA GPU")
     copy_bw = copy_bandwidth()
@@ -527,43 +543,46 @@ def main(argv=None) -> list[dict]:
     rows = []
     for shape in shapes:
         for dname in DTYPES:
-            for part in ("ours", "accelerated-scan"):
+            for part in ("ours", "accelerated-scan triton", "accelerated-scan warp"):
                 rows += _run_group(shape, dname, part, copy_bw, args.quick)
         _write(args, rows, copy_bw, judged=False)  # partial results survive an interrupted run
     return _write(args, rows, copy_bw, judged=True)
 
 
-def _group_rows(shape, dname, part, copy_bw, quick) -> list[dict]:
+def _group_rows(shape, dname, part, copy_bw, quick, flush=lambda rows: None) -> list[dict]:
     """The rows of one (shape, dtype) and `part`: "ours" (linear_scan and the cells with their unfused, log-space and
-    loop versions) or "accelerated-scan" (its two kernels). Each timing ends with a device synchronisation, so a fault
-    is reported in the row of the implementation that caused it."""
-    if part != "ours":  # the Triton kernel first: the warp kernel's bf16 faults end the process
-        return [r for impl in ("accelerated-scan triton", "accelerated-scan warp")
-                for r in bench_linear(shape, dname, copy_bw, impl)]
-    rows = bench_linear(shape, dname, copy_bw, part)
-    if not quick:
+    loop versions) or one of accelerated-scan's kernels. Each timing ends with a device synchronisation, so a fault
+    is reported in the row of the implementation that caused it; `flush` gets the rows so far after each pass."""
+    rows = []
+    for pass_ in ("forward", "forward+backward"):
+        rows += bench_linear(shape, dname, copy_bw, part, (pass_,))
+        flush(rows)
+    if part == "ours" and not quick:
         for cell in ("min_gru", "min_lstm"):
             try:
                 rows += bench_cell(cell, shape, dname, copy_bw, cpu=True)
             except Exception:
                 rows.append(_row(cell, "all", shape, dname, NAN, 1, copy_bw,
                                  error=traceback.format_exc().splitlines()[-1][:160]))
+            flush(rows)
     return rows
 
 
 def _run_group(shape, dname, part, copy_bw, quick) -> list[dict]:
-    """`_group_rows` in a child process: a kernel fault (which leaves the CUDA context unusable) costs one group's
-    rows, not the run's. (accelerated-scan 0.3.1's warp kernel faults in bf16 at most of these shapes.)"""
+    """`_group_rows` in a child process: a kernel fault (which leaves the CUDA context unusable) costs the rows of
+    its group not yet written, not the run's. (accelerated-scan 0.3.1's warp kernel faults in bf16 at most of these
+    shapes.)"""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         cmd = [sys.executable, __file__, "--group", json.dumps([shape, dname, part, copy_bw, quick, str(out)])]
         done = subprocess.run(cmd, capture_output=True, text=True)
         sys.stdout.write(done.stdout[-4000:])
-        if out.exists():
-            return json.loads(out.read_text())
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:160]
-        return [_row("linear_scan", part, shape, dname, NAN, 1, copy_bw,
-                     error=f"group process exited with {done.returncode}: {tail}")]
+        rows = json.loads(out.read_text()) if out.exists() else []
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:160]
+            rows.append(_row("linear_scan", part, shape, dname, NAN, 1, copy_bw,
+                             error=f"group process exited with {done.returncode} after {len(rows)} rows: {tail}"))
+        return rows
 
 
 def _write(args, rows, copy_bw, judged):
@@ -582,7 +601,9 @@ def _write(args, rows, copy_bw, judged):
     print(markdown)
     linear = [r for r in rows if r["op"] == "linear_scan" and r["shape"].startswith("8x")]
     if linear:
-        plot(f"{name}_linear", linear, x="T", y="% of copy", series="impl", title="linear_scan [8, 1536, T]",
+        for r in linear:
+            r["series"] = f"{r['impl']} {r['pass']}"
+        plot(f"{name}_linear", linear, x="T", y="% of copy", series="series", title="linear_scan [8, 1536, T]",
              logx=True)
     cells = [r for r in rows if r["op"] != "linear_scan" and r["shape"].startswith("8x") and r["dtype"] == "bf16"]
     if cells:

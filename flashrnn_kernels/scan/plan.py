@@ -90,11 +90,11 @@ of a segment again or 1 (results/scan_resident_keep_staged_ab.md)."""
 
 RESIDENT_BACKWARD_MAX_STEPS = 8
 RESIDENT_BACKWARD_MIN_ROWS = 8
-"""Steps per thread at most and thread rows at least in a resident segment of the linear scan's backward, whose
-rescan loads its inputs and states from memory step by step. On the H200, at 16 steps (180 registers) it ran 1.2-1.9x
-slower than at 8 (linear_scan [1, 65536, 64] backward, fp32 66-93 us against 45-58 us, bf16 44-52 us against 25-28
-us); blocks of 4 rows took 1.6-1.9x as long as blocks of 32 (fp32 [8, 256, 500] and [8, 1024, 500]) and blocks of 8
-rows 1.25-1.55x (64 x 8 threads of 4 steps)."""
+"""Steps per thread at most and thread rows at least in a resident segment of the linear scan's backward (measured
+when its rescan still loaded h_{t-1} and a_t from memory step by step; not refitted since it stages them). On the
+H200, at 16 steps (180 registers) it ran 1.2-1.9x slower than at 8 (linear_scan [1, 65536, 64] backward, fp32 66-93
+us against 45-58 us, bf16 44-52 us against 25-28 us); blocks of 4 rows took 1.6-1.9x as long as blocks of 32 (fp32
+[8, 256, 500] and [8, 1024, 500]) and blocks of 8 rows 1.25-1.55x (64 x 8 threads of 4 steps)."""
 
 CHAINED_ROUND_NS = 800
 """A chained block's look-back within its lifetime: the wait for its nearest predecessor's words, one barrier."""
@@ -124,9 +124,10 @@ resident segments)."""
 MIN_SEGMENT_WARPS = 4
 """Warps resident per SM at least for the forward's resident segments: their blocks of 2 and 4 warps, 1-3 per SM,
 streamed linear_scan [1, 65536, 64] faster than blocks of 8 warps (H200, fp32 forward, decays in (0.5, 1): 8 x 16
-threads, 16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us). The backward,
-whose rescan loads its inputs and states step by step, keeps MIN_RESIDENT_WARPS: fp32 [8, 1024, 500] took 57.1 us
-with one block of 4 warps per SM (8 x 16 threads, 8 steps, 4 stages), 43.1 us with one of 8 (8 x 32, 4 steps)."""
+threads, 16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us). The backward
+keeps MIN_RESIDENT_WARPS, measured when its rescan loaded h_{t-1} and the inputs at t from memory step by step: fp32
+[8, 1024, 500] took 57.1 us with one block of 4 warps per SM (8 x 16 threads, 8 steps, 4 stages), 43.1 us with one
+of 8 (8 x 32, 4 steps)."""
 
 STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (1, 2, 3, 4)
@@ -238,9 +239,11 @@ their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for th
 bf16 backward), so they are not offered."""
 
 
-def min_resident_warps(carry: str, direction: str) -> int:
-    """Warps resident per SM at least for plans of `carry` in `direction` (MIN_RESIDENT_WARPS, MIN_SEGMENT_WARPS)."""
-    return MIN_SEGMENT_WARPS if carry == "resident" and direction == "forward" else MIN_RESIDENT_WARPS
+def min_resident_warps(carry: str, direction: str, few_warps: bool = False) -> int:
+    """Warps resident per SM at least for plans of `carry` in `direction` (MIN_RESIDENT_WARPS, MIN_SEGMENT_WARPS);
+    MIN_SEGMENT_WARPS for all with `few_warps` (see `build_model`)."""
+    few = few_warps or (carry == "resident" and direction == "forward")
+    return MIN_SEGMENT_WARPS if few else MIN_RESIDENT_WARPS
 
 
 def linear_register_need(steps):
@@ -278,7 +281,7 @@ def static_smem(threads_t: int, tile: int) -> int:
 
 def stage_bytes(problem: ScanProblem, chunk_len: int, tile: int, stages: int) -> int:
     """Bytes of the staged chunks (dynamic shared memory)."""
-    return stages * problem.input_count * chunk_len * tile * problem.element_bytes
+    return stages * problem.staged_count * chunk_len * tile * problem.element_bytes
 
 
 def register_cap(gpu: hwmodels.GPUModel, threads: int, min_blocks: int) -> int:
@@ -380,7 +383,8 @@ class ScanPlan:
             "SCAN_REVERSE": int(self.problem.direction == "backward"),
             "SCAN_DTYPE": list(DTYPES).index(self.problem.dtype),
             "SCAN_FAST": int(self.problem.fast_math),
-            "SCAN_SPLIT": int(self.carry != "whole"),
+            "SCAN_SPLIT": CARRIES.index(self.carry),  # 0 whole lanes, 1 resident, 2 chained segments
+            "SCAN_STAGE_BYTES": self.stage_bytes,  # the dynamic shared memory of a launch: scan.cu checks its layout
         }
 
     def source(self) -> str:
@@ -411,8 +415,11 @@ def _ceil_count(m: constrint.Model, total, per, hi: int, name: str):
     return v
 
 
-def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model:
-    """The constrint model of a scan kernel on `gpu`; minimise `objective(model)`."""
+def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = False) -> constrint.Model:
+    """The constrint model of a scan kernel on `gpu`; minimise `objective(model)`. `few_warps` lowers the warps
+    resident per SM to MIN_SEGMENT_WARPS for every carry: `plan` falls back to it where no block shape keeps
+    MIN_RESIDENT_WARPS (shared memory too small for that many warps' staged chunks: the minLSTM backward stages five
+    values per step, and on a V100's 96 KB per SM its 16-byte bf16 accesses leave room for fewer than 8 warps)."""
     m = constrint.Model()
     esize, inputs, dim = problem.element_bytes, problem.input_count, problem.hidden_dim
     B, T = problem.batch, problem.seq_len
@@ -473,8 +480,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     m.add(m.any_of([occ == min(16, gpu.max_blocks_per_sm), (occ + 1) * threads > gpu.max_threads_per_sm,
                     (occ + 1) * threads > parts * reg_warps * gpu.warp_size, (occ + 1) * smem > gpu.smem_per_sm]),
           name="occupancy_is_the_most_that_fits")
-    segment_warps = min_resident_warps("resident", problem.direction)
-    m.add(occ * threads >= (MIN_RESIDENT_WARPS - (MIN_RESIDENT_WARPS - segment_warps) * resident) * gpu.warp_size,
+    whole_warps = min_resident_warps("whole", problem.direction, few_warps)
+    segment_warps = min_resident_warps("resident", problem.direction, few_warps)
+    m.add(occ * threads >= (whole_warps - (whole_warps - segment_warps) * resident) * gpu.warp_size,
           name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
@@ -516,7 +524,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel) -> constrint.Model
     dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
     sm_per_elem = problem.traffic_elements * esize + resident * inputs * esize  # bytes through the SM
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
-    in_flight = (stages - 1 + chained) * inputs * chunk * tile * esize
+    in_flight = (stages - 1 + chained) * problem.staged_count * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
     backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
     element_ns = (work.fast_element_ns if problem.fast_math else work.element_ns)[backward]
@@ -567,17 +575,28 @@ def objective(m: constrint.Model):
     return 2**20 * v("time_ns") + 64 * ties + 4 * (16 - v("preferred_occupancy")) + v("resident") * (v("stages") - 1)
 
 
+def _solve(problem: ScanProblem, gpu: hwmodels.GPUModel, given: dict[str, int] | None = None,
+           goal=objective) -> dict:
+    """The model's solution minimising `goal(model)` with the variables of `given` fixed; the `few_warps` model where
+    the full one has none (build_model)."""
+    for few_warps in (False, True):
+        m = build_model(problem, gpu, few_warps)
+        for name, value in (given or {}).items():
+            m.add(m.var(name) == value, name=f"given_{name}")
+        try:
+            return m.minimize(goal(m))
+        except constrint.Infeasible:
+            if few_warps:
+                raise
+
+
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
     """The time model's value for plan `p` (any block shape and carry, not only the optimum) on its problem."""
-    m = build_model(p.problem, gpu)
-    for name in ("threads_d", "threads_t", "vec", "steps", "stages"):
-        m.add(m.var(name) == getattr(p, name), name=f"given_{name}")
-    m.add(m.var("carry") == CARRIES.index(p.carry), name="given_carry")
-    return m.minimize(m.var("time_ns"))["time_ns"]
+    given = {name: getattr(p, name) for name in ("threads_d", "threads_t", "vec", "steps", "stages")}
+    return _solve(p.problem, gpu, {**given, "carry": CARRIES.index(p.carry)}, lambda m: m.var("time_ns"))["time_ns"]
 
 
-def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, m: constrint.Model) -> ScanPlan:
-    sol = m.minimize(objective(m))
+def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, sol: dict) -> ScanPlan:
     threads = sol["threads_d"] * sol["threads_t"]
     need = register_need(problem, sol["steps"], sol["vec"], sol["stages"], CARRIES[sol["carry"]])
     tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
@@ -593,9 +612,7 @@ def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> Scan
     """The best plan with the given carry mode, one of CARRIES (benchmarks and tests compare them)."""
     if carry not in CARRIES:
         raise ValueError(f"carry must be one of {CARRIES}, got {carry!r}")
-    m = build_model(problem, gpu)
-    m.add(m.var("carry") == CARRIES.index(carry), name="given_carry")
-    return _plan(problem, gpu, m)
+    return _plan(problem, gpu, _solve(problem, gpu, {"carry": CARRIES.index(carry)}))
 
 
 def kernel_plan_for_carry(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> ScanPlan:
@@ -612,4 +629,4 @@ def kernel_plan_for_carry(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: s
 @functools.lru_cache(maxsize=256)
 def plan(problem: ScanProblem, gpu: hwmodels.GPUModel) -> ScanPlan:
     """The scan plan for `problem` on `gpu` (pure; cached). Raises constrint.Infeasible with the conflict."""
-    return _plan(problem, gpu, build_model(problem, gpu))
+    return _plan(problem, gpu, _solve(problem, gpu))

@@ -56,10 +56,20 @@ class ScanProblem:
         return 3 if self.cell == "min_lstm" else 2
 
     @property
+    def staged_count(self) -> int:
+        """[B, T, D] values per step the kernel stages in shared memory: forward the inputs; backward a_{t+1}'s
+        inputs, dL/dh_t, h_{t-1} and the minGRU / minLSTM candidate's input (scan.cu, SCAN_STAGED)."""
+        if self.direction == "forward":
+            return self.input_count
+        return self.input_count + 1 + (self.cell != "linear")
+
+    @property
     def traffic_elements(self) -> int:
-        """[B, T, D] tensors read or written once per step: forward the inputs and h; backward dL/dh, the inputs,
-        the forward h and a gradient per input."""
-        return self.input_count + 1 if self.direction == "forward" else 2 * self.input_count + 2
+        """[B, T, D] tensors read or written once per step: forward the inputs and h; backward dL/dh, the inputs
+        (the linear scan's a alone: its gradients do not depend on b), the forward h and a gradient per input."""
+        if self.direction == "forward":
+            return self.input_count + 1
+        return 2 * self.input_count + 2 - (self.cell == "linear")
 
     @property
     def fast_math(self) -> bool:

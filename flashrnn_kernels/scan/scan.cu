@@ -11,13 +11,16 @@
 // Per chunk: each thread folds its steps' maps (a, b) into one map (phase 1), the rows' maps are combined with the
 // chunk's carry-in into each row's carry-in (phase 2), and each thread rescans its steps and writes the outputs
 // (phase 3). Inputs are staged into shared memory with cp.async SCAN_STAGES - 1 chunks ahead; each thread copies,
-// and later reads back, exactly its own steps and channels, so the staging needs no block barrier, and every input
-// is read from memory once.
+// and in phases 1 and 3 reads back, exactly its own steps and channels, so the staging needs no block barrier of its
+// own, and every input is read from memory once. The backward stages all that phase 3 reads too (SCAN_STAGED): read
+// step by step from memory instead, h_{t-1} and the inputs at t made it latency-bound (the linear backward at
+// [8, 4096, 1536] 2.6-2.8x slower on the H200).
 //
 // Blocks and carries: a lane is split into `segments` (a launch argument) runs of consecutive chunks, one block
 // each (block = segment * lanes + lane). A block walks its chunks in order and keeps the carry in registers. With one
 // segment per lane (enough lanes to fill the GPU) that is all: no inter-block communication; plans of whole lanes
-// (SCAN_SPLIT 0) compile nothing else and are launched with one segment. With more, every segment
+// (SCAN_SPLIT 0) compile nothing else and are launched with one segment. With more (SCAN_SPLIT 1 resident segments,
+// 2 chained segments of one chunk each), every segment
 // first streams its inputs to fold them into its map h -> A h + B (pass A). Segment 0 then publishes its final state
 // A h0 + B at once; every later one publishes its map and looks back (decoupled look-back: in rounds of
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
@@ -36,7 +39,7 @@
 // a = f / (f + i), b = i / (f + i) * g(h_pre). g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise.
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
-    !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT)
+    !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -63,7 +66,13 @@ typedef __half elem_t;
 #define SCAN_INPUTS (SCAN_CELL == 2 ? 3 : 2)
 #define SCAN_ACCESS (SCAN_VEC * (int)sizeof(elem_t))                      // bytes of one thread's access
 #define SCAN_OWNED ((SCAN_VEC + SCAN_THREADS_T - 1) / SCAN_THREADS_T)      // channels a thread combines in phase 2
-#define SCAN_STAGE (SCAN_INPUTS * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
+// Staged inputs per step. Forward: the cell's inputs. Reverse: a_{t+1}'s inputs (slot 0 x1, minLSTM's slot 2 x2),
+// dL/dh_t (slot 1), then what the gradients at t need besides: h_{t-1} (SCAN_SLOT_H) and the candidate's input
+// (SCAN_SLOT_X: minGRU's x2, minLSTM's x3). x1 (minLSTM's x2) at t is step t - 1's slot 0 (2): see rescan.
+#define SCAN_STAGED (SCAN_REVERSE ? SCAN_INPUTS + 1 + (SCAN_CELL != 0) : SCAN_INPUTS)
+#define SCAN_SLOT_H SCAN_INPUTS
+#define SCAN_SLOT_X (SCAN_INPUTS + 1)
+#define SCAN_STAGE (SCAN_STAGED * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks
 #define SCAN_ROW_BATCH (SCAN_THREADS_T < 8 ? SCAN_THREADS_T : 8)  // rows of s_a / s_b read ahead (for_rows)
@@ -78,6 +87,8 @@ static_assert(SCAN_THREADS >= 32, "a block is at least one warp");
 static_assert((SCAN_VEC & (SCAN_VEC - 1)) == 0, "SCAN_VEC is a power of two");
 static_assert(SCAN_THREADS_T % SCAN_ROW_BATCH == 0, "rows are read ahead in whole batches");
 static_assert(SCAN_CELL >= 0 && SCAN_CELL <= 2, "SCAN_CELL is 0 (linear), 1 (minGRU) or 2 (minLSTM)");
+static_assert(SCAN_STAGES * SCAN_STAGE * sizeof(elem_t) == SCAN_STAGE_BYTES,
+              "the staged chunks fill exactly the dynamic shared memory the plan launches with");
 
 struct __align__(SCAN_VEC * sizeof(elem_t)) pack_t {
     elem_t v[SCAN_VEC];
@@ -206,7 +217,7 @@ __device__ __forceinline__ void published_map(word_t wa, word_t wb, unsigned map
 // The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`. Rows are step-major
 // (row i * SCAN_THREADS_T + ty), so at one step a warp's threads read consecutive 16-byte pieces: no bank conflicts.
 __device__ __forceinline__ elem_t* staged(elem_t* stage, int buf, int k, int i, int tx, int ty) {
-    return stage + ((buf * SCAN_INPUTS + k) * SCAN_CHUNK + i * SCAN_THREADS_T + ty) * SCAN_TILE + tx * SCAN_VEC;
+    return stage + ((buf * SCAN_STAGED + k) * SCAN_CHUNK + i * SCAN_THREADS_T + ty) * SCAN_TILE + tx * SCAN_VEC;
 }
 
 __device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
@@ -241,10 +252,11 @@ struct ChunkAt {
 };
 
 // Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step;
-// reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1).
+// reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1), and with `all` what
+// the gradients need besides (SCAN_STAGED; without it, the maps alone: pass A of a segment staged again for pass B).
 __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
                                             const elem_t* x1, const elem_t* x2, const elem_t* x3,
-                                            const elem_t* dy) {
+                                            const elem_t* dy, const elem_t* h, bool all) {
     if (!at.active) return;
 #pragma unroll
     for (int i = 0; i < SCAN_STEPS; ++i) {
@@ -257,6 +269,12 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
             stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off + D);
 #if SCAN_CELL == 2
             stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x2 + off + D);
+#endif
+        }
+        if (all) {
+            if (s < T - 1) stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
+#if SCAN_CELL != 0
+            stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y), (SCAN_CELL == 1 ? x2 : x3) + off);
 #endif
         }
 #else
@@ -430,14 +448,23 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 const long long off = at.base + (long long)i * at.step;
 #if SCAN_REVERSE
                 const int t = at.t0 - i;
+                // x1 (minLSTM: and x2) at t is staged as a_t's inputs by the next step in scan order (t - 1): this
+                // row's step i + 1, or row ty + 1's first. The last row's last step reads it from memory (the next
+                // chunk's), and so does t = 0. The linear cell's gradients do not need it.
                 float v1s[SCAN_VEC], v2s[SCAN_VEC], v3s[SCAN_VEC], hs[SCAN_VEC];
-                unpack(load_pack(x1 + off), v1s);
-                unpack(load_pack(x2 + off), v2s);
-#if SCAN_CELL == 2
-                unpack(load_pack(x3 + off), v3s);
+#if SCAN_CELL != 0
+                if (t > 0 && (i + 1 < SCAN_STEPS || ty + 1 < SCAN_THREADS_T)) {
+                    const int ni = i + 1 < SCAN_STEPS ? i + 1 : 0, nty = i + 1 < SCAN_STEPS ? ty : ty + 1;
+                    unpack(load_pack(staged(stage, buf, 0, ni, tx, nty)), v1s);
+                    if constexpr (SCAN_CELL == 2) unpack(load_pack(staged(stage, buf, 2, ni, tx, nty)), v2s);
+                } else {
+                    unpack(load_pack(x1 + off), v1s);
+                    if constexpr (SCAN_CELL == 2) unpack(load_pack(x2 + off), v2s);
+                }
+                unpack(load_pack(staged(stage, buf, SCAN_SLOT_X, i, tx, ty)), SCAN_CELL == 1 ? v2s : v3s);
 #endif
                 const bool has_prev = t > 0 || h0 != nullptr;
-                if (t > 0) unpack(load_pack(h + off - D), hs);
+                if (t > 0) unpack(load_pack(staged(stage, buf, SCAN_SLOT_H, i, tx, ty)), hs);
                 else if (h0 != nullptr) unpack(load_pack(h0 + (long long)at.batch * D + at.d), hs);
                 float g1[SCAN_VEC], g2[SCAN_VEC];
 #if SCAN_CELL == 2
@@ -447,13 +474,13 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 for (int j = 0; j < SCAN_VEC; ++j) {
                     const float dh = state[j];
                     const float grad_a = has_prev ? dh * hs[j] : 0.0f;
-                    const float v1 = v1s[j], v2 = v2s[j];
-                    float a_t;
 #if SCAN_CELL == 0
-                    a_t = v1;
                     g1[j] = grad_a;
                     g2[j] = dh;
-#elif SCAN_CELL == 1
+#else
+                    const float v1 = v1s[j], v2 = v2s[j];
+                    float a_t;
+#if SCAN_CELL == 1
                     float z;  // z (1 - z) as sigmoid(k) sigmoid(-k): no cancellation near z = 1
                     sigmoid_pair(v1, z, a_t);
                     g1[j] = (dh * candidate(v2) - grad_a) * z * a_t;
@@ -471,6 +498,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     g3[j] = dh * bi * candidate_grad(v3);
 #endif
                     if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)at.batch * D + at.d + j] = a_t * dh;
+#endif
                 }
                 store_pack(y1 + off, g1);
                 store_pack(y2 + off, g2);
@@ -482,6 +510,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #endif
             }
         }
+#if SCAN_REVERSE && SCAN_CELL == 0
+        // grad_h0 = a_0 dh_0. t = 0 is the scan's last step (s = T - 1): after it, `state` holds dh_0.
+        if (grad_h0 != nullptr && at.s0 <= T - 1 && T - 1 < at.s0 + SCAN_STEPS) {
+            float a0[SCAN_VEC];
+            unpack(load_pack(x1 + (long long)at.batch * T * D + at.d), a0);
+#pragma unroll
+            for (int j = 0; j < SCAN_VEC; ++j) grad_h0[(long long)at.batch * D + at.d + j] = a0[j] * state[j];
+        }
+#endif
     };
 
     // One chunk with outputs: phase 1; phase 2, each row's carry-in from the chunk's (`carry`, which then holds the
@@ -543,27 +580,27 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         }
     };
 
-    // Stage the first SCAN_STAGES - 1 chunks of [first, end); then walk them, staging ahead (unless every chunk is
-    // staged already), with `body`.
-    auto prologue = [&]() {
+    // Stage the first SCAN_STAGES - 1 chunks of [first, end) (`all`: see stage_chunk); then walk them with `body`,
+    // staging ahead.
+    auto prologue = [&](bool all) {
 #pragma unroll
         for (int c = 0; c < SCAN_STAGES - 1; ++c) {
-            if (first + c < end) stage_chunk(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3, dy);
+            if (first + c < end)
+                stage_chunk(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3, dy, h, all);
             cp_async_commit();
         }
     };
     // Chunk c's turn of a walk: stage chunk c + SCAN_STAGES - 1 ahead, wait for chunk c; its buffer.
-    auto advance = [&](int c) {
+    auto advance = [&](int c, bool all) {
         const int ahead = c + SCAN_STAGES - 1;
         if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), T, D,
-                                     x1, x2, x3, dy);
+                                     x1, x2, x3, dy, h, all);
         cp_async_commit();
         cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
         return (c - first) % SCAN_STAGES;
     };
-    auto walk = [&](auto&& body, bool staging) {
-        for (int c = first; c < end; ++c) body(staging ? advance(c) : (c - first) % SCAN_STAGES,
-                                                ChunkAt(c, lane, d_tiles, T, D));
+    auto walk = [&](auto&& body, bool all) {
+        for (int c = first; c < end; ++c) body(advance(c, all), ChunkAt(c, lane, d_tiles, T, D));
     };
 
     const ChunkAt lane_at(first, lane, d_tiles, T, D);  // for the lane's batch row and this thread's channels
@@ -577,7 +614,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     if (!SCAN_SPLIT || segments == 1) {  // a plan of whole lanes (SCAN_SPLIT 0) is launched with one segment
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) carry[k] = initial(k);
-        prologue();
+        prologue(true);
         walk(scan_chunk, true);
     }
 #if SCAN_SPLIT
@@ -585,7 +622,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
         const long long mine = word0 + (long long)seg * SCAN_TILE;       // this segment's words
         const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
-        const bool kept = end - first <= SCAN_STAGES;  // pass A leaves all of the segment's chunks staged
+        const bool kept = SCAN_SPLIT == 2 || end - first <= SCAN_STAGES;  // pass A leaves all its chunks staged
         // pass A: the segment's map (segment 0 publishes its final state from it at once, so that the look-backs,
         // which all end at segment 0 or at a final state published after one, need not wait for its outputs)
 #pragma unroll
@@ -594,16 +631,16 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             acc_b[k] = 0.0f;
         }
         float pre_a[SCAN_STAGES][SCAN_VEC], pre_b[SCAN_STAGES][SCAN_VEC];  // per staged chunk: see fold_chunk
-        prologue();
+        prologue(kept);  // a segment staged again for pass B stages only the maps' inputs in pass A
         if (kept) {
 #pragma unroll
             for (int q = 0; q < SCAN_STAGES; ++q)  // unrolled, so that pre_a / pre_b stay in registers
                 if (first + q < end)
-                    fold_chunk(advance(first + q), ChunkAt(first + q, lane, d_tiles, T, D), Flag<true>(), pre_a[q],
+                    fold_chunk(advance(first + q, true), ChunkAt(first + q, lane, d_tiles, T, D), Flag<true>(), pre_a[q],
                                pre_b[q]);
             __syncthreads();  // the rows' reads of their maps end before the look-back writes s_a / s_b
         } else {
-            walk([&](int buf, const ChunkAt& at) { fold_chunk(buf, at, Flag<false>(), pre_a[0], pre_b[0]); }, true);
+            walk([&](int buf, const ChunkAt& at) { fold_chunk(buf, at, Flag<false>(), pre_a[0], pre_b[0]); }, false);
         }
         if (seg > 0) {
 #pragma unroll
@@ -615,7 +652,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 }
             }
         }
-        if (!kept) prologue();  // pass B's first chunks load during the look-back
+        if (!kept) prologue(true);  // pass B's first chunks load during the look-back
 
         // the carry-in la h + lb: segment 0's initial state; elsewhere the look-back, round by round, row ty taking
         // predecessor base - ty; the owners compose the rows' maps, nearest first, until la is 0 for all of them: a

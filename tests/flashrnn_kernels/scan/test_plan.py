@@ -44,11 +44,16 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         need = register_need(p.problem, p.steps, p.vec, p.stages, p.carry)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes + p.stage_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 1
-        assert p.min_blocks * p.threads >= min_resident_warps(p.carry, p.problem.direction) * gpu.warp_size
+        # the warps resident per SM: the full minimum, or fewer only where no block shape has it
+        few_warps = p.min_blocks * p.threads < min_resident_warps(p.carry, p.problem.direction) * gpu.warp_size
+        if few_warps:
+            with pytest.raises(constrint.Infeasible):
+                build_model(problem, gpu).solve()
+        assert p.min_blocks * p.threads >= min_resident_warps(p.carry, p.problem.direction, few_warps) * gpu.warp_size
         # the register cap the launch bounds give ptxas covers the need, and is the plan's estimate
         assert p.regs_estimate == register_cap(gpu, p.threads, p.min_blocks) >= need
         assert p.regs_estimate * p.threads * p.min_blocks <= gpu.regs_per_sm
-        m = build_model(problem, gpu)
+        m = build_model(problem, gpu, few_warps)
         sol = m.minimize(objective(m))
         assert all(c.holds(sol) for c in m.constraints)
         assert sol["time_ns"] == p.estimate_ns == estimate_ns(p, gpu)
