@@ -140,9 +140,9 @@ def _time(fn, repeat=20, budget_ms=200.0, graph=True):
         return (call_ms, float("nan")), f"graph capture: {type(exc).__name__}: {exc}"[:160]
 
 
-def bench_linear(shape, dname, copy_bw, impl, passes=("forward", "forward+backward")):
-    """The linear_scan rows of `impl` ("ours" or an accelerated-scan kernel's name) for each of `passes`: forward,
-    and forward + backward (the gradients of a and b through autograd)."""
+def bench_linear(shape, dname, copy_bw, impl):
+    """The linear_scan rows of `impl` ("ours" or an accelerated-scan kernel's name), one at a time: forward, then
+    forward + backward (the gradients of a and b through autograd)."""
     B, T, D = shape
     dtype = DTYPES[dname]
     a = (torch.rand(B, T, D, device="cuda") * 0.5 + 0.5).to(dtype)
@@ -156,18 +156,15 @@ def bench_linear(shape, dname, copy_bw, impl, passes=("forward", "forward+backwa
     # minimum traffic: forward a, b in, h out; backward a, h, dy in, the gradients of a and b out
     size = a.numel() * a.element_size()
     if not callable(scan):
-        return [_row("linear_scan", impl, shape, dname, NAN, size, copy_bw, pass_=p, error=scan) for p in passes]
+        for p in ("forward", "forward+backward"):
+            yield _row("linear_scan", impl, shape, dname, NAN, size, copy_bw, pass_=p, error=scan)
+        return
     a.requires_grad_(), b.requires_grad_()
-    rows = []
-    if "forward" in passes:
-        with torch.no_grad():
-            ms, err = _time(lambda: scan(a, b))
-        rows.append(_row("linear_scan", impl, shape, dname, ms, 3 * size, copy_bw, pass_="forward", error=err))
-    if "forward+backward" in passes:
-        ms, err = _time(lambda: torch.autograd.grad(scan(a, b), (a, b), dy))
-        rows.append(_row("linear_scan", impl, shape, dname, ms, 8 * size, copy_bw, pass_="forward+backward",
-                         error=err))
-    return rows
+    with torch.no_grad():
+        ms, err = _time(lambda: scan(a, b))
+    yield _row("linear_scan", impl, shape, dname, ms, 3 * size, copy_bw, pass_="forward", error=err)
+    ms, err = _time(lambda: torch.autograd.grad(scan(a, b), (a, b), dy))
+    yield _row("linear_scan", impl, shape, dname, ms, 8 * size, copy_bw, pass_="forward+backward", error=err)
 
 
 def _launchable(trial, gpu, hidden_dim):
@@ -554,8 +551,8 @@ def _group_rows(shape, dname, part, copy_bw, quick, flush=lambda rows: None) -> 
     loop versions) or one of accelerated-scan's kernels. Each timing ends with a device synchronisation, so a fault
     is reported in the row of the implementation that caused it; `flush` gets the rows so far after each pass."""
     rows = []
-    for pass_ in ("forward", "forward+backward"):
-        rows += bench_linear(shape, dname, copy_bw, part, (pass_,))
+    for row in bench_linear(shape, dname, copy_bw, part):
+        rows.append(row)
         flush(rows)
     if part == "ours" and not quick:
         for cell in ("min_gru", "min_lstm"):
