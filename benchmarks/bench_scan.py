@@ -23,7 +23,8 @@ the time model (results/scan_plans.*); `--sweep` every whole-lane block shape of
 (results/scan_block_sweep.*); `--thin-sweep` every chained (and resident) block shape of every scan kernel at
 [1, 65536, 64] (`--thin-dtypes`, `--thin-directions`; results/scan_thin_sweep.*); `--gate-sweep` every whole-lane
 block shape of the minGRU / minLSTM kernels at [64, 4096, 512] and [8, 4096, 1536] (same dtype and direction
-options; results/scan_gate_sweep.*), the kernels compiled in parallel first.
+options; results/scan_gate_sweep.*), the kernels compiled in parallel first; `--backward-context` the linear_scan
+backward's block shapes at thin problems, each timed after a forward (results/scan_backward_carry_context_sweep.*).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import functools
 import importlib
 import itertools
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +51,7 @@ from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, refe
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
 from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, WORK_MODELS, carry_plan, estimate_ns,  # noqa: E402
-                                        register_cap, register_need)
+                                        kernel_plan_for_carry, register_cap, register_need)
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -282,7 +284,7 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
         expected = run_scan(cell, direction, inputs, None, **extra, kernel_plan=chosen)[:len(inputs)]
         expected = [t.float() for t in expected]
         moved = chosen.problem.traffic_elements * dy.numel() * dy.element_size()
-        for carry in ("chained", "resident") if WORK_MODELS[cell].resident else ("chained",):
+        for carry in ("chained", "resident") if WORK_MODELS[cell].resident[direction == "backward"] else ("chained",):
             base = carry_plan(chosen.problem, gpu, carry)
             grid = THIN_GRID if carry == "chained" else {**THIN_GRID, "stages": (2, 3)}
             for values, trial in _grid_trials(base, grid, gpu, shape[2]):
@@ -307,6 +309,54 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
                              "rel err vs solver's plan": err, "error": terr or ""})
                 print(rows[-1], flush=True)
         del inputs, dy, h
+    return rows
+
+
+CONTEXT_SHAPES = ((1, 65536, 64), (1, 16384, 64), (2, 32768, 128), (1, 65536, 256), (4, 8192, 128),
+                  (1, 262144, 64))
+CONTEXT_GRIDS = {"chained": {"threads_d": (8, 16), "threads_t": (8, 16, 32), "steps": (8, 16)},
+                 "resident": {"threads_d": (8, 16), "threads_t": (8, 16, 32), "steps": (2, 8)}}
+
+
+def backward_context_sweep(shapes=CONTEXT_SHAPES, dnames=("fp32", "bf16")) -> list[dict]:
+    """linear_scan backward block shapes (the solver's plan, the best of each split carry mode and CONTEXT_GRIDS'
+    shapes) timed after a forward, as they run in training: a CUDA graph of the forward (solver's plan) then the
+    backward, less the forward alone (its median, timed after every shape). Timed alone, a backward re-reads inputs
+    that repeated calls leave in L2. Each shape's gradients are checked against the plan's."""
+    rows = []
+    for shape in shapes:
+        for dname in dnames:
+            (a, b), dy, h = _thin_data("linear", shape, THIN_DTYPES[dname])
+            forward = functools.partial(run_scan, "linear", "forward", (a, b), None)
+            chosen = device_plan("linear", a, "backward")
+            gpu = _device_gpu(a.device.index or 0)
+            trials = {chosen: None}
+            for carry, grid in CONTEXT_GRIDS.items():
+                base = kernel_plan_for_carry(chosen.problem, gpu, carry)  # (resident: no longer the model's)
+                trials.setdefault(base, None)
+                for _, trial in _grid_trials(base, grid, gpu, shape[2]):
+                    trials.setdefault(trial, None)
+            expected = [t.float() for t in run_scan("linear", "backward", (a, b), None, dy=dy, h=h,
+                                                    kernel_plan=chosen)[:2]]
+            forward_us, shape_rows = [], []
+            for trial in trials:
+                got = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=trial)[:2]
+                err = max(float((g.float() - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+                both = 1e3 * time_graph(lambda t=trial, x=(a, b), dy=dy: run_scan(
+                    "linear", "backward", x, None, dy=dy, h=forward()[0], kernel_plan=t), calls=10, repeat=5)
+                forward_us.append(1e3 * time_graph(forward, calls=10, repeat=5))
+                shape_rows.append({"shape": "x".join(map(str, shape)), "dtype": dname, "carry": trial.carry,
+                                   "threads_d": trial.threads_d, "threads_t": trial.threads_t, "steps": trial.steps,
+                                   "stages": trial.stages, "min_blocks": trial.min_blocks,
+                                   "solver's plan": trial == chosen, "forward + backward us": both,
+                                   "model us": _model_us(trial, gpu), "rel err vs solver's plan": err})
+                print(shape_rows[-1], flush=True)
+            fwd = statistics.median(forward_us)
+            for row in shape_rows:
+                row["backward us (less the forward alone)"] = row["forward + backward us"] - fwd
+                row["forward us"] = fwd
+            rows += shape_rows
+            del a, b, dy, h
     return rows
 
 
@@ -495,6 +545,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--thin-directions", default="forward,backward", help="directions of --thin-sweep")
     parser.add_argument("--thin-decays", choices=tuple(THIN_DECAYS), default="half",
                         help="linear_scan decays of --thin-sweep: uniform in (0.5, 1) or in (0.999, 1)")
+    parser.add_argument("--backward-context", action="store_true",
+                        help="only the linear_scan backward's block shapes timed after a forward (CONTEXT_SHAPES)")
     parser.add_argument("--gate-sweep", nargs="?", const="min_gru,min_lstm", metavar="CELLS",
                         help="only the whole-lane block-shape sweep (GATE_GRID) of these minGRU / minLSTM kernels at "
                              "GATE_SHAPES (--thin-dtypes, --thin-directions choose dtypes and directions)")
@@ -520,6 +572,11 @@ def main(argv=None) -> list[dict]:
                             title=f"scan kernels at [1, 65536, 64] ({args.thin_dtypes}; linear_scan decays "
                                   f"{THIN_DECAYS[args.thin_decays]}): chained and resident block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
+        return rows
+    if args.backward_context:
+        rows = backward_context_sweep()
+        print(write_results("scan_backward_carry_context_sweep", rows,
+                            title="linear_scan backward after a forward: chained and resident block shapes"))
         return rows
     if args.gate_sweep:
         rows = gate_sweep(copy_bw, tuple(args.gate_sweep.split(",")), tuple(args.thin_dtypes.split(",")),

@@ -88,14 +88,6 @@ L2_REREAD_SHARE = (3, 4)
 (60 MiB of L2) the 33.5 MB of fp32 inputs of linear_scan [1, 65536, 64] streamed as fast whether pass B read 4 chunks
 of a segment again or 1 (results/scan_resident_keep_staged_ab.md)."""
 
-RESIDENT_BACKWARD_MAX_STEPS = 8
-RESIDENT_BACKWARD_MIN_ROWS = 8
-"""Steps per thread at most and thread rows at least in a resident segment of the linear scan's backward (measured
-when its rescan still loaded h_{t-1} and a_t from memory step by step; not refitted since it stages them). On the
-H200, at 16 steps (180 registers) it ran 1.2-1.9x slower than at 8 (linear_scan [1, 65536, 64] backward, fp32 66-93
-us against 45-58 us, bf16 44-52 us against 25-28 us); blocks of 4 rows took 1.6-1.9x as long as blocks of 32 (fp32
-[8, 256, 500] and [8, 1024, 500]) and blocks of 8 rows 1.25-1.55x (64 x 8 threads of 4 steps)."""
-
 CHAINED_ROUND_NS = 800
 """A chained block's look-back within its lifetime: the wait for its nearest predecessor's words, one barrier."""
 
@@ -124,10 +116,10 @@ resident segments)."""
 MIN_SEGMENT_WARPS = 4
 """Warps resident per SM at least for the forward's resident segments: their blocks of 2 and 4 warps, 1-3 per SM,
 streamed linear_scan [1, 65536, 64] faster than blocks of 8 warps (H200, fp32 forward, decays in (0.5, 1): 8 x 16
-threads, 16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us). The backward
-keeps MIN_RESIDENT_WARPS, measured when its rescan loaded h_{t-1} and the inputs at t from memory step by step: fp32
-[8, 1024, 500] took 57.1 us with one block of 4 warps per SM (8 x 16 threads, 8 steps, 4 stages), 43.1 us with one
-of 8 (8 x 32, 4 steps)."""
+threads, 16 steps, 16.6 us; 8 x 8, 16 steps, 2 blocks per SM 15.7 us; 8 x 32, 8 steps, 18.2-18.7 us). Whole lanes
+and chained segments keep MIN_RESIDENT_WARPS (the backward's resident segments, since withdrawn, measured with it when
+their rescan loaded h_{t-1} and the inputs at t from memory step by step: fp32 [8, 1024, 500] took 57.1 us with one
+block of 4 warps per SM, 8 x 16 threads, 8 steps, 4 stages, and 43.1 us with one of 8, 8 x 32, 4 steps)."""
 
 STEP_CHOICES = (2, 4, 8, 16)
 STAGE_CHOICES = (1, 2, 3, 4)
@@ -172,8 +164,9 @@ class WorkModel:
     chained_step_ns: tuple[int, int]
     """A chained block's lifetime per step each thread handles (its chunk's two passes and the chain of look-backs
     it waits on), forward and backward."""
-    chained_steps: int
-    """Steps per thread a chained block runs best at: it prefers them where the model ties (see `objective`)."""
+    chained_steps: tuple[int, int]
+    """Steps per thread a chained block runs best at, forward and backward: it prefers them where the model ties
+    (see `objective`)."""
     chained_max_rows: int
     """Thread rows (threads_t) per chained block at most (0: no bound)."""
     chained_off_ns: tuple[int, int]
@@ -183,22 +176,24 @@ class WorkModel:
     """Where the model ties, whether more resident blocks per SM win (see `objective`)."""
     prefer_small_blocks: bool
     """Where the model ties, whether blocks of fewer warps win (see `objective`)."""
-    resident: bool
+    resident: tuple[bool, bool]
     """Whether lanes may be split into resident segments (each streams its inputs twice and runs its chunks' work
-    twice)."""
+    twice), forward and backward."""
 
 
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
                         sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=(10, 10),
                         fast_element_ns=(10, 10), chained_ns=12000,
-                        chained_step_ns=(0, 0), chained_steps=16, chained_max_rows=0, chained_off_ns=(0, 0),
-                        prefer_occupancy=True, prefer_small_blocks=False, resident=True),
+                        chained_step_ns=(0, 0), chained_steps=(16, 8), chained_max_rows=0,
+                        chained_off_ns=(0, 7000), prefer_occupancy=True, prefer_small_blocks=False,
+                        resident=(True, False)),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=(100, 290),
                          fast_element_ns=(50, 200),
-                         chained_ns=0, chained_step_ns=(0, 3000), chained_steps=4, chained_max_rows=16,
-                         chained_off_ns=(2000, 0), prefer_occupancy=False, prefer_small_blocks=True, resident=False),
+                         chained_ns=0, chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_max_rows=16,
+                         chained_off_ns=(2000, 0), prefer_occupancy=False, prefer_small_blocks=True,
+                         resident=(False, False)),
 }
 WORK_MODELS["min_lstm"] = dataclasses.replace(WORK_MODELS["min_gru"], element_ns=(130, 400), fast_element_ns=(60, 260))
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T, 1536]).
@@ -236,7 +231,21 @@ away from chained_steps (the plans of 8 steps had taken 53.7 / 67.7 us). Its thr
 with decays near 1 (minGRU, k ~ -12, [2, 20000, 64] fp32) the forward's error against fp64 grew with them, 7.7e-6 /
 1.4e-5 / 2.7e-5 at 8 / 16 / 32 rows of 4 steps, where the sequential fp32 loop's is 0.8-1.3e-5. Resident segments run
 their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and backward,
-bf16 backward), so they are not offered."""
+bf16 backward), so they are not offered.
+
+The linear scan's backward is not offered resident segments either, and its chained blocks run best at 8 steps per
+thread: timed where it runs, right after the forward (a CUDA graph of the forward, solver's plan, and the backward,
+less the forward alone; results/scan_backward_carry_context.md, H200, 2026-12-03), its best chained block shape beat
+its best resident one on every thin problem (fp32 and bf16, [1, 16384 / 65536 / 262144, 64], [2, 32768, 128],
+[4, 8192, 128], [1, 65536, 256]; by 1.03-1.35x), and the plans then chosen (resident, or chained of 2 or 16 steps per
+thread) took 1.02-1.54x the best shape's time. Timed alone, the resident plans read their inputs from L2 across
+repeated calls (the thin bf16 backward's 25 MB), which made them look 1.1-1.9x faster than they run after a forward.
+In bf16, chained blocks of 16 steps per thread took 1.2-1.5x as long as blocks of 8 (184 registers against 96-144),
+in fp32 within 5% of them; 2 steps per thread took 1.5x as long as 16 ([1, 65536, 256] fp32, 134 against 88 us),
+where the waves' model saw them equal.
+Hence chained_steps (16, 8), and chained_off_ns (0, 7000): large enough to outweigh the waves' bandwidth bound of a
+single wave, so that 8 steps win on time, not only where the model ties; the plans chosen took 1.00-1.10x the best
+measured shape's time on those 12 problems."""
 
 
 def min_resident_warps(carry: str, direction: str, few_warps: bool = False) -> int:
@@ -435,8 +444,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     carry = m.int_var(0, len(CARRIES) - 1, "carry")  # index into CARRIES
     m.add(carry == resident + 2 * chained, name="carry_is_one_mode")
     m.add(resident + chained <= 1, name="carry_modes_exclusive")
-    if not work.resident:
-        m.add(resident == 0, name="no_resident_segments_for_the_cell")
+    backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
+    if not work.resident[backward]:
+        m.add(resident == 0, name="no_resident_segments_for_the_cell_and_direction")
     m.add(m.any_of([chained == 1, stages >= 2]), name="stages_ahead_unless_chained")
     if work.chained_max_rows:
         m.add(m.any_of([chained == 0, tt <= work.chained_max_rows]), name="chained_rows_at_most")
@@ -486,10 +496,11 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
           name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
-    # how far a chained block's steps per thread are from work.chained_steps: |log2(steps / work.chained_steps)|
+    # how far a chained block's steps per thread are from its preferred ones: |log2(steps / preferred)|
+    preferred_steps = work.chained_steps[backward]
     steps_off = m.int_var(0, len(STEP_CHOICES), "steps_from_preferred")
     for choice in STEP_CHOICES:
-        m.add(m.any_of([steps != choice, steps_off == abs(choice.bit_length() - work.chained_steps.bit_length())]),
+        m.add(m.any_of([steps != choice, steps_off == abs(choice.bit_length() - preferred_steps.bit_length())]),
               name=f"steps_from_preferred_at_{choice}")
 
     # the time model (module docstring)
@@ -526,11 +537,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
     in_flight = (stages - 1 + chained) * problem.staged_count * chunk * tile * esize
     seg_elems = seg_chunks * chunk * tile  # elements of one block
-    backward = problem.direction == "backward"  # indexes WorkModel's (forward, backward) pairs
     element_ns = (work.fast_element_ns if problem.fast_math else work.element_ns)[backward]
-    if backward:  # resident segments are the linear scan's only
-        m.add(m.any_of([resident == 0, steps <= RESIDENT_BACKWARD_MAX_STEPS]), name="resident_backward_steps")
-        m.add(m.any_of([resident == 0, tt >= RESIDENT_BACKWARD_MIN_ROWS]), name="resident_backward_rows")
     # each bound on a wave's time, rounded up to whole ns; the wave takes the largest (so every variable of the
     # model is fixed by the block shape, and the search only branches on that)
     bounds = {
