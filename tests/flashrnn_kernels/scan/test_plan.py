@@ -135,6 +135,17 @@ def test_thin_plans_follow_the_measured_carries():
                     carry_plan(p.problem, gpu, "resident")
 
 
+@pytest.mark.parametrize("shape", [(1, 16384, 64), (2, 32768, 128), (4, 8192, 128), (1, 65536, 256)])
+def test_linear_backward_runs_chained_blocks_of_8_steps(shape):
+    """The linear backward's thin problems timed after a forward (scan_backward_carry_context.md, H200): chained
+    one-chunk segments of 8 steps per thread, in both dtypes (the plans of resident segments, and of chained ones of 2
+    or 16 steps, took 1.02-1.54x the best measured time)."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for dtype in ("float32", "bfloat16"):
+        p = plan(ScanProblem.for_shape("linear", *shape, dtype, "backward"), gpu)
+        assert (p.carry, p.steps, p.stages) == ("chained", 8, 1), p
+
+
 def test_wide_gate_plans_follow_the_gate_sweep():
     """[64, 4096, 512] and [8, 4096, 1536] on an H200 (`bench_scan.py --gate-sweep`, scan_gate_cells_ab.md): the
     minGRU / minLSTM kernels run whole lanes in blocks of 4 warps whose threads handle at most 2,048 elements (the
