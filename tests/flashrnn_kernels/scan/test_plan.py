@@ -131,7 +131,7 @@ def test_thin_plans_follow_the_measured_carries():
                 assert p.carry == "chained"
                 assert direction == "forward" or p.steps <= 4
                 assert direction == "backward" or (p.steps == 4 and p.threads_t <= 16)
-                with pytest.raises(constrint.Infeasible, match="no_resident_segments_for_the_cell"):
+                with pytest.raises(constrint.Infeasible, match="no_resident_segments_for_the_cell_and_direction"):
                     carry_plan(p.problem, gpu, "resident")
 
 
