@@ -46,7 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import plot, time_cuda, time_graph, time_host, write_results  # noqa: E402
+from benchmarks.common import plot, relative_error, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
@@ -220,17 +220,17 @@ def block_sweep(copy_bw) -> list[dict]:
                        torch.randn(8, T, D, device="cuda").to(dtype))
         a, b = data[4096]
         chosen = device_plan("linear", a, "forward")
-        expected = run_scan("linear", "forward", (a, b), None, kernel_plan=chosen)[0].float()
+        expected = run_scan("linear", "forward", (a, b), None, kernel_plan=chosen)[0]
         gpu = _device_gpu(a.device.index or 0)
         base = carry_plan(chosen.problem, gpu, "whole")
         for shape, trial in _grid_trials(base, SWEEP_GRID, gpu, D):
             if trial.min_blocks * (trial.stages - 1) * trial.stage_bytes // trial.stages < SWEEP_MIN_IN_FLIGHT:
                 continue
-            got = run_scan("linear", "forward", (a, b), None, kernel_plan=trial)[0].float()
+            got = run_scan("linear", "forward", (a, b), None, kernel_plan=trial)[0]
             row = {"dtype": dname, **shape, "min_blocks": trial.min_blocks,
                    "row bytes": trial.tile * a.element_size(), "lanes": 8 * trial.d_tiles(D),
                    "solver's plan": trial == chosen,
-                   "rel err vs solver's plan": float((got - expected).abs().max() / expected.abs().max())}
+                   "rel err vs solver's plan": relative_error(got, expected)}
             errors = []
             for T, (x, y) in data.items():
                 (_, ms), err = _time(lambda x=x, y=y, trial=trial: run_scan("linear", "forward", (x, y), None,
@@ -282,7 +282,6 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
         chosen = device_plan(cell, inputs[0], direction)
         gpu = _device_gpu(inputs[0].device.index or 0)
         expected = run_scan(cell, direction, inputs, None, **extra, kernel_plan=chosen)[:len(inputs)]
-        expected = [t.float() for t in expected]
         moved = chosen.problem.traffic_elements * dy.numel() * dy.element_size()
         for carry in ("chained", "resident") if WORK_MODELS[cell].resident[direction == "backward"] else ("chained",):
             base = carry_plan(chosen.problem, gpu, carry)
@@ -291,8 +290,8 @@ def thin_sweep(copy_bw, cells=("linear", "min_gru", "min_lstm"), dnames=("fp32",
                 shape_of = {"carry": carry, **values}
                 run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
                 try:
-                    got = [t.float() for t in run()[:len(inputs)]]
-                    err = max(float((g - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+                    got = run()[:len(inputs)]
+                    err = max(relative_error(g, e) for g, e in zip(got, expected))
                 except Exception as exc:  # a shape that does not compile or launch: recorded, the sweep goes on
                     rows.append({"cell": cell, "direction": direction, **shape_of,
                                  "error": f"{type(exc).__name__}: {exc}"[:160]})
@@ -336,12 +335,11 @@ def backward_context_sweep(shapes=CONTEXT_SHAPES, dnames=("fp32", "bf16")) -> li
                 trials.setdefault(base, None)
                 for _, trial in _grid_trials(base, grid, gpu, shape[2]):
                     trials.setdefault(trial, None)
-            expected = [t.float() for t in run_scan("linear", "backward", (a, b), None, dy=dy, h=h,
-                                                    kernel_plan=chosen)[:2]]
+            expected = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=chosen)[:2]
             forward_us, shape_rows = [], []
             for trial in trials:
                 got = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=trial)[:2]
-                err = max(float((g.float() - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+                err = max(relative_error(g, e) for g, e in zip(got, expected))
                 both = 1e3 * time_graph(lambda t=trial, x=(a, b), dy=dy: run_scan(
                     "linear", "backward", x, None, dy=dy, h=forward()[0], kernel_plan=t), calls=10, repeat=5)
                 forward_us.append(1e3 * time_graph(forward, calls=10, repeat=5))
@@ -391,9 +389,9 @@ def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directi
         expected = None
         for trial in trials:  # the solver's plan first
             run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
-            got = [t.float() for t in run()[:n]]
+            got = run()[:n]
             expected = got if expected is None else expected
-            err = max(float((g - e).abs().max() / e.abs().max()) for g, e in zip(got, expected))
+            err = max(relative_error(g, e) for g, e in zip(got, expected))
             (_, ms), terr = _time(run)
             rows.append({"cell": cell, "direction": direction, "dtype": dname, "shape": "x".join(map(str, shape)),
                          "threads_d": trial.threads_d, "threads_t": trial.threads_t, "vec": trial.vec,
