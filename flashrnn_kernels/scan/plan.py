@@ -16,18 +16,18 @@ cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_block
 need, and the cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without
 spills.
 
-Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves
-(one for resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its
-share of the bandwidth (the active blocks share it, and the blocks of the busiest SM get at most the cell's
-WorkModel.sm_share times that SM's even share), the bytes through the SM per bytes in flight ((stages - 1) staged
-chunks, a chained block's one chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element), and
-a chained block's lifetime (its load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per
-step of a thread). A chained launch adds WorkModel.chained_ns. A resident segment streams its inputs twice (pass A,
-then pass B with the outputs); the second read comes from L2 when all inputs fit in three quarters of it, else from
-DRAM; where its lane has several segments, its phase 2 adds ROW_CHAIN_NS per thread row and chunk of each pass; and
-its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors. The resident constants were fitted
-side by side on the H200 (results/scan_resident_model_ab.md: 128 problems whose plans they changed, 0.905x the time in
-geometric mean).
+Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves (one for
+resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its share of the
+bandwidth (the active blocks share it, and the blocks of the busiest SM get at most the cell's WorkModel.sm_share times
+that SM's even share), the bytes through the SM per bytes in flight ((stages - 1) staged chunks, a chained block's one
+chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element), and a chained block's lifetime (its
+load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per step of a thread). A chained launch
+adds WorkModel.chained_ns, and each wave of chained blocks alone on their SMs WorkModel.chained_solo_ns. A resident
+segment streams its inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs
+fit in three quarters of it, else from DRAM; where its lane has several segments, its phase 2 adds ROW_CHAIN_NS per
+thread row and chunk of each pass; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t
+predecessors. The resident constants were fitted side by side on the H200 (results/scan_resident_model_ab.md: 128
+problems whose plans they changed, 0.905x the time in geometric mean).
 """
 from __future__ import annotations
 
@@ -174,6 +174,9 @@ class WorkModel:
     and backward."""
     prefer_occupancy: bool
     """Where the model ties, whether more resident blocks per SM win (see `objective`)."""
+    chained_solo_ns: tuple[int, int]
+    """A wave's extra time where a chained block is alone on its SM (nothing overlaps its load, scan and store),
+    forward and backward."""
     prefer_small_blocks: bool
     """Where the model ties, whether blocks of fewer warps win (see `objective`)."""
     resident: tuple[bool, bool]
@@ -186,14 +189,14 @@ WORK_MODELS = {
                         sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=(10, 10),
                         fast_element_ns=(10, 10), chained_ns=12000,
                         chained_step_ns=(0, 0), chained_steps=(16, 8), chained_max_rows=0,
-                        chained_off_ns=(0, 7000), prefer_occupancy=True, prefer_small_blocks=False,
-                        resident=(True, False)),
+                        chained_off_ns=(1000, 7000), prefer_occupancy=True, chained_solo_ns=(600, 600),
+                        prefer_small_blocks=False, resident=(True, False)),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=(100, 290),
                          fast_element_ns=(50, 200),
                          chained_ns=0, chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_max_rows=16,
-                         chained_off_ns=(2000, 0), prefer_occupancy=False, prefer_small_blocks=True,
-                         resident=(False, False)),
+                         chained_off_ns=(2000, 0), prefer_occupancy=False, chained_solo_ns=(0, 0),
+                         prefer_small_blocks=True, resident=(False, False)),
 }
 WORK_MODELS["min_lstm"] = dataclasses.replace(WORK_MODELS["min_gru"], element_ns=(130, 400), fast_element_ns=(60, 260))
 """Per cell, fitted to H200 measurements of the kernel (linear_scan / min_gru / min_lstm, whole lanes of [8, T, 1536]).
@@ -245,7 +248,12 @@ in fp32 within 5% of them; 2 steps per thread took 1.5x as long as 16 ([1, 65536
 where the waves' model saw them equal.
 Hence chained_steps (16, 8), and chained_off_ns (0, 7000): large enough to outweigh the waves' bandwidth bound of a
 single wave, so that 8 steps win on time, not only where the model ties; the plans chosen took 1.00-1.10x the best
-measured shape's time on those 12 problems."""
+measured shape's time on those 12 problems. Where they ran one block per SM (16 x 32 threads), blocks of half the
+width at two per SM, which the waves' model saw equal, took 0.895-0.996x their time (same problems, alternating rounds,
+H200, 2026-12-03), and the long forwards' chained blocks of 8 x 32 threads, one per SM, took 1.05-1.09x as long as
+8 x 16 at two per SM in fp32 (levels in bf16; [1, 262144, 64], [1, 65536, 256], [2, 32768, 128]): a lone block's load,
+scan and store follow one another with nothing to overlap them. Hence chained_solo_ns (600, 600) per wave of lone
+chained blocks, about the difference measured per wave."""
 
 
 def min_resident_warps(carry: str, direction: str, few_warps: bool = False) -> int:
@@ -496,6 +504,9 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
           name="resident_warps")
     preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
     m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
+    solo = m.int_var(0, 1, "chained_solo")  # a chained plan of one block per SM
+    m.add(m.any_of([occ >= 2, solo == chained]), name="chained_solo_at_one_block")
+    m.add(m.any_of([occ == 1, solo == 0]), name="chained_solo_only_at_one_block")
     # how far a chained block's steps per thread are from its preferred ones: |log2(steps / preferred)|
     preferred_steps = work.chained_steps[backward]
     steps_off = m.int_var(0, len(STEP_CHOICES), "steps_from_preferred")
@@ -561,7 +572,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     rounds = resident * _ceil_div(segments - 1, tt)
     time = m.int_var(1, 10**13, "time_ns")
     m.add(time == waves * wave + resident * LOOKBACK_NS + looked_back * resident * 2 * seg_chunks * tt * ROW_CHAIN_NS
-          + rounds * ROUND_NS + chained * work.chained_ns, name="time_definition")
+          + rounds * ROUND_NS + chained * work.chained_ns + solo * waves * work.chained_solo_ns[backward],
+          name="time_definition")
     return m
 
 

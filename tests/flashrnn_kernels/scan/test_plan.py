@@ -146,6 +146,20 @@ def test_linear_backward_runs_chained_blocks_of_8_steps(shape):
         assert (p.carry, p.steps, p.stages) == ("chained", 8, 1), p
 
 
+@pytest.mark.parametrize("case", [((1, 65536, 64), "float32", "backward"), ((2, 32768, 128), "bfloat16", "backward"),
+                                  ((1, 65536, 256), "float32", "backward"), ((1, 16384, 1536), "float32", "backward"),
+                                  ((1, 262144, 64), "float32", "forward"), ((1, 65536, 256), "float32", "forward"),
+                                  ((2, 16384, 1536), "float32", "forward"), ((1, 65536, 1536), "bfloat16", "forward")])
+def test_linear_chained_blocks_share_their_sm(case):
+    """Chained blocks alone on their SM took 1.01-1.41x the time of the plans now chosen (scan_chained_solo_ab.md,
+    H200): the linear scan's chained plans run two or more blocks per SM, the forward's at 8 or 16 steps per thread
+    (4 steps at [1, 16384, 1536] fp32 took 1.17x as long)."""
+    shape, dtype, direction = case
+    p = plan(ScanProblem.for_shape("linear", *shape, dtype, direction), hwmodels.load("H200-SXM-141GB"))
+    assert p.carry == "chained" and p.min_blocks >= 2, p
+    assert direction == "backward" or p.steps in (8, 16), p
+
+
 def test_wide_gate_plans_follow_the_gate_sweep():
     """[64, 4096, 512] and [8, 4096, 1536] on an H200 (`bench_scan.py --gate-sweep`, scan_gate_cells_ab.md): the
     minGRU / minLSTM kernels run whole lanes in blocks of 4 warps whose threads handle at most 2,048 elements (the
