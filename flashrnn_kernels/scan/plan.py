@@ -246,14 +246,16 @@ repeated calls (the thin bf16 backward's 25 MB), which made them look 1.1-1.9x f
 In bf16, chained blocks of 16 steps per thread took 1.2-1.5x as long as blocks of 8 (184 registers against 96-144),
 in fp32 within 5% of them; 2 steps per thread took 1.5x as long as 16 ([1, 65536, 256] fp32, 134 against 88 us),
 where the waves' model saw them equal.
-Hence chained_steps (16, 8), and chained_off_ns (0, 7000): large enough to outweigh the waves' bandwidth bound of a
-single wave, so that 8 steps win on time, not only where the model ties; the plans chosen took 1.00-1.10x the best
-measured shape's time on those 12 problems. Where they ran one block per SM (16 x 32 threads), blocks of half the
+Hence chained_steps (16, 8), and the backward's chained_off_ns, 7000: large enough to outweigh the waves' bandwidth
+bound of a single wave, so that 8 steps win on time, not only where the model ties; the plans chosen took 1.00-1.10x the
+best measured shape's time on those 12 problems. Where they ran one block per SM (16 x 32 threads), blocks of half the
 width at two per SM, which the waves' model saw equal, took 0.895-0.996x their time (same problems, alternating rounds,
 H200, 2026-12-03), and the long forwards' chained blocks of 8 x 32 threads, one per SM, took 1.05-1.09x as long as
 8 x 16 at two per SM in fp32 (levels in bf16; [1, 262144, 64], [1, 65536, 256], [2, 32768, 128]): a lone block's load,
 scan and store follow one another with nothing to overlap them. Hence chained_solo_ns (600, 600) per wave of lone
-chained blocks, about the difference measured per wave."""
+chained blocks, about the difference measured per wave, and the forward's chained_off_ns, 1000: without it, the
+forward at [1, 16384, 1536] fp32 took 4 steps per thread and 1.17x the earlier plan's time
+(results/scan_chained_solo_ab.md)."""
 
 
 def min_resident_warps(carry: str, direction: str, few_warps: bool = False) -> int:
