@@ -26,6 +26,15 @@ def _poison_allocator(numel: int) -> None:
     del block
 
 
+def _random_inputs(name, B, T, D, scale=(1.0, 0.0)) -> list[torch.Tensor]:
+    """Fresh fp32 inputs of `name` on the GPU: linear decays uniform in (0.5, 1) and normal b; a gate cell's inputs
+    normal, all but the candidate's times scale[0] plus scale[1]."""
+    if name == "linear":
+        return [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
+    gates = [torch.randn(B, T, D, device="cuda") * scale[0] + scale[1] for _ in range(OPS[name][2] - 1)]
+    return gates + [torch.randn(B, T, D, device="cuda")]
+
+
 def _reference(name, inputs, h0, dy):
     """fp64 forward and gradients through the chunk-carry reference (the step loop for short T)."""
     leaves = [t.detach().double().requires_grad_() for t in inputs]
@@ -54,13 +63,8 @@ def _limits(name, dtype, inputs, h0, dy, h_ref, grads_ref, limit) -> dict[str, f
 
 def _check(name, dtype, B, T, D, with_h0, scale=(1.0, 1.0), tol=None):
     """Kernel vs the fp64 reference on fresh random inputs; `tol(inputs, h0)` replaces the dtype's tolerance."""
-    op, _, n = OPS[name]
-    if name == "linear":
-        inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
-    else:
-        inputs = [torch.randn(B, T, D, device="cuda") * scale[0] + scale[1] for _ in range(n - 1)]
-        inputs.append(torch.randn(B, T, D, device="cuda"))
-    inputs = [t.to(dtype).requires_grad_() for t in inputs]
+    op = OPS[name][0]
+    inputs = [t.to(dtype).requires_grad_() for t in _random_inputs(name, B, T, D, scale)]
     h0 = (torch.rand(B, D, device="cuda") + 0.1).to(dtype).requires_grad_() if with_h0 else None
     dy = torch.randn(B, T, D, device="cuda").to(dtype)
     _poison_allocator(8 * B * T * D + (1 << 20))
@@ -203,9 +207,7 @@ def test_graph_replays_match_reference(name):
         outs = step()
     for _ in range(3):
         with torch.no_grad():
-            fresh = ([torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
-                     if name == "linear" else [torch.randn(B, T, D, device="cuda") for _ in range(n)])
-            for t, v in zip(static, fresh):
+            for t, v in zip(static, _random_inputs(name, B, T, D)):
                 t.copy_(v)
             h0.copy_(torch.rand(B, D, device="cuda") + 0.1)
             dy.copy_(torch.randn(B, T, D, device="cuda"))
@@ -223,11 +225,7 @@ def _check_plans(name, dtype, shape, plans, label):
     from flashrnn_kernels.scan.function import run_scan
 
     B, T, D = shape
-    if name == "linear":
-        inputs = [torch.rand(B, T, D, device="cuda") * 0.5 + 0.5, torch.randn(B, T, D, device="cuda")]
-    else:
-        inputs = [torch.randn(B, T, D, device="cuda") for _ in range(OPS[name][2])]
-    inputs = [t.to(dtype) for t in inputs]
+    inputs = [t.to(dtype) for t in _random_inputs(name, B, T, D)]
     h0 = (torch.rand(B, D, device="cuda") + 0.1).to(dtype)
     dy = torch.randn(B, T, D, device="cuda").to(dtype)
     _poison_allocator(8 * B * T * D + (1 << 20))
