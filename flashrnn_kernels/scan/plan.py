@@ -215,7 +215,10 @@ against 55-64% (bf16) for the 64-byte rows of the minGRU / minLSTM model. Its ch
 more than the waves' model (chained_ns), while resident segments measured within 10% of the model; with chained_ns the
 planner takes resident segments for [1, 65536, 64] (H200, against the chained plans: fp32 forward 19.4 / 23.4 us,
 backward 60.3 / 56.0 us; bf16 12.8 / 13.5 and 25.8 / 35.9 us) and for the short [3, 1000, 96] and [1, 5000, 64] (forward
-0.83-1.13x, backward 1.6-2.0x the chained plans' speed). The minGRU / minLSTM kernels compute exponentials and
+0.83-1.13x, backward 1.6-2.0x the chained plans' speed). The chained forwards have got faster since (bf16 9.4 us at
+[1, 65536, 64] against 17.3 modelled) and win in a forward+backward pair (0.73-0.98x its time), but a smaller
+chained_ns also moves the fp32 forwards, which then take 1.21-1.24x as long alone
+(results/scan_thin_forward_context.md). The minGRU / minLSTM kernels compute exponentials and
 reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
 their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). Their whole lanes are latency-
 bound per thread: in every whole-lane block shape of `bench_scan.py --gate-sweep` (H200, 2026-12-01, [64, 4096, 512] and
