@@ -25,11 +25,12 @@
 // A h0 + B at once; every later one publishes its map and looks back (decoupled look-back: in rounds of
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
 // memory, and a published final state ends the composition), then publishes its own final state A carry + B. Each
-// segment then walks its chunks again writing the outputs (pass B). A segment of at most SCAN_STAGES chunks is
-// still staged after pass A, so pass B reads it from shared memory (the chained plans: one chunk per segment, one
-// pass over memory); there pass A also keeps each thread row's map from the segment's start, so that pass B rescans
-// every row of every chunk from the segment's carry-in at once, without phases 1 and 2. Longer segments (most
-// resident plans) stage pass B again, mostly from L2, its first chunks during the look-back.
+// segment then walks its chunks again writing the outputs (pass B). Where a launch's segments are all at most
+// SCAN_STAGES chunks long, they are still staged after pass A, so pass B reads them from shared memory (the chained
+// plans: one chunk per segment, one pass over memory); there pass A also keeps each thread row's map from the
+// segment's start, so that pass B rescans every row of every chunk from the segment's carry-in at once, without
+// phases 1 and 2. Otherwise (most resident plans) every segment stages pass B again, mostly from L2, its first chunks
+// during the look-back.
 // A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
 // when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
 // starts no later than it (blocks are dispatched in index order), so the waits always end.
@@ -622,7 +623,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
         const long long mine = word0 + (long long)seg * SCAN_TILE;       // this segment's words
         const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
-        const bool kept = SCAN_SPLIT == 2 || end - first <= SCAN_STAGES;  // pass A leaves all its chunks staged
+        // pass A leaves all its chunks staged where the launch's longest segment fits the stages: every segment
+        // takes the same path (in bf16, launches mixing staged segments of SCAN_STAGES chunks and restaged ones of one
+        // more took 1.7-1.9x as long on the H200 as all restaged)
+        const bool kept = SCAN_SPLIT == 2 || (chunks + segments - 1) / segments <= SCAN_STAGES;
         // pass A: the segment's map (segment 0 publishes its final state from it at once, so that the look-backs,
         // which all end at segment 0 or at a final state published after one, need not wait for its outputs)
 #pragma unroll

@@ -265,9 +265,10 @@ def test_every_carry_mode(name, dtype, carry, shape):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(OPS))
 def test_resident_segments_of_several_chunks(name, dtype, extra):
-    """Resident segments of `stages` chunks, which pass A leaves staged (pass B rescans each row from its map since
-    the segment's start), and of `stages` + 1 chunks, which pass B stages again (phases 1 and 2 per chunk): the plans
-    run as on a GPU with fewer SMs, so that [3, 4000, 96] splits into such segments."""
+    """Resident segments of at most `stages` chunks, which pass A leaves staged (pass B rescans each row from its map
+    since the segment's start), and launches whose longest segments hold `stages` + 1 chunks, where pass B stages
+    every segment again (phases 1 and 2 per chunk; most of these launches mix segments of `stages` and `stages` + 1
+    chunks): the plans run as on a GPU with fewer SMs, so that [3, 4000, 96] splits into such segments."""
     shape = (3, 4000, 96)
     plans = []
     for p in _carry_plans(name, dtype, shape, "resident"):
