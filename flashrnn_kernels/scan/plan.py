@@ -22,7 +22,9 @@ bandwidth (the active blocks share it, and the blocks of the busiest SM get at m
 that SM's even share), the bytes through the SM per bytes in flight ((stages - 1) staged chunks, a chained block's one
 chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element), and a chained block's lifetime (its
 load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per step of a thread). A chained launch
-adds WorkModel.chained_ns, and each wave of chained blocks alone on their SMs WorkModel.chained_solo_ns. A resident
+adds WorkModel.chained_ns, and each wave of chained blocks alone on their SMs WorkModel.chained_solo_ns; a forward whose
+whole traffic fits in L2_REREAD_SHARE of L2 adds chained_ns_in_l2 instead, and per wave chained_sparse_ns for each
+chained block per SM below CHAINED_FULL_BLOCKS (results/scan_forward_in_l2_ab.md). A resident
 segment streams its inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs
 fit in three quarters of it, else from DRAM; where its lane has several segments, its phase 2 adds ROW_CHAIN_NS per
 thread row and chunk of each pass; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t
@@ -87,6 +89,9 @@ L2_REREAD_SHARE = (3, 4)
 """A resident segment's second read of its inputs comes from L2 when all inputs fit in this share of it: on the H200
 (60 MiB of L2) the 33.5 MB of fp32 inputs of linear_scan [1, 65536, 64] streamed as fast whether pass B read 4 chunks
 of a segment again or 1 (results/scan_resident_keep_staged_ab.md)."""
+
+CHAINED_FULL_BLOCKS = 5
+"""Chained blocks per SM from which WorkModel.chained_sparse_ns no longer applies."""
 
 CHAINED_ROUND_NS = 800
 """A chained block's look-back within its lifetime: the wait for its nearest predecessor's words, one barrier."""
@@ -177,6 +182,12 @@ class WorkModel:
     chained_solo_ns: tuple[int, int]
     """A wave's extra time where a chained block is alone on its SM (nothing overlaps its load, scan and store),
     forward and backward."""
+    chained_ns_in_l2: int
+    """chained_ns of a forward whose whole traffic (inputs and output) fits in L2_REREAD_SHARE of L2."""
+    chained_sparse_ns: int
+    """Such a forward's extra time per wave and per chained block per SM below CHAINED_FULL_BLOCKS: its blocks' loads,
+    scans and stores overlap one another less the fewer share an SM (0.92-1.00x the resident time at 5 per SM, up to
+    1.08x at 2; results/scan_forward_in_l2_ab.md)."""
     prefer_small_blocks: bool
     """Where the model ties, whether blocks of fewer warps win (see `objective`)."""
     resident: tuple[bool, bool]
@@ -190,12 +201,14 @@ WORK_MODELS = {
                         fast_element_ns=(10, 10), chained_ns=12000,
                         chained_step_ns=(0, 0), chained_steps=(16, 8), chained_max_rows=0,
                         chained_off_ns=(1000, 7000), prefer_occupancy=True, chained_solo_ns=(600, 600),
+                        chained_ns_in_l2=3000, chained_sparse_ns=500,
                         prefer_small_blocks=False, resident=(True, False)),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=(100, 290),
                          fast_element_ns=(50, 200),
                          chained_ns=0, chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_max_rows=16,
                          chained_off_ns=(2000, 0), prefer_occupancy=False, chained_solo_ns=(0, 0),
+                         chained_ns_in_l2=0, chained_sparse_ns=0,
                          prefer_small_blocks=True, resident=(False, False)),
 }
 WORK_MODELS["min_lstm"] = dataclasses.replace(WORK_MODELS["min_gru"], element_ns=(130, 400), fast_element_ns=(60, 260))
@@ -575,9 +588,18 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     # a resident segment's look-back: at most segments - 1 predecessors, threads_t per round (a chained block's one
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
+    # a forward whose whole traffic fits in L2 (see WORK_MODELS)
+    in_l2_forward = not backward and (B * T * dim * problem.traffic_elements * esize * L2_REREAD_SHARE[1]
+                                      <= gpu.l2_bytes * L2_REREAD_SHARE[0])
+    chained_ns = work.chained_ns_in_l2 if in_l2_forward else work.chained_ns
+    sparse = 0
+    if in_l2_forward and work.chained_sparse_ns:
+        sparse = work.chained_sparse_ns * (
+            CHAINED_FULL_BLOCKS - _min_of(m, occ, CHAINED_FULL_BLOCKS, CHAINED_FULL_BLOCKS, "blocks_up_to_full"))
     time = m.int_var(1, 10**13, "time_ns")
     m.add(time == waves * wave + resident * LOOKBACK_NS + looked_back * resident * 2 * seg_chunks * tt * ROW_CHAIN_NS
-          + rounds * ROUND_NS + chained * work.chained_ns + solo * waves * work.chained_solo_ns[backward],
+          + rounds * ROUND_NS + chained * chained_ns + solo * waves * work.chained_solo_ns[backward]
+          + chained * waves * sparse,
           name="time_definition")
     return m
 
