@@ -112,11 +112,11 @@ def test_segments_per_carry_mode():
 def test_thin_plans_follow_the_measured_carries():
     """[1, 65536, 64] on an H200 (scan_thin_sweep.csv, scan_carry_choice.md, scan_backward_carry_context.md,
     scan_forward_in_l2_ab.md): the linear_scan forward in resident segments in fp32 and in chained blocks of 8 steps,
-    5 per SM, in bf16 (whose 25 MB of traffic fit in L2), its backward in chained one-chunk segments of 8 steps per thread (never
-    resident: measured after a forward, 1.15x / 1.5x the chained time in fp32 / bf16), minGRU / minLSTM in chained
-    one-chunk segments (never resident), their backward with at most 4 steps per thread (8 measured 1.4-2.6x
-    slower), their forward with 4 (2 and 8 measured up to 1.4x slower) in at most 16 thread rows (the error with
-    decays near 1 grew with the rows: 2.7e-5 at 32)."""
+    5 per SM, in bf16 (whose 25 MB of traffic fit in L2), its backward in chained one-chunk segments of 8 steps per
+    thread (never resident: measured after a forward, 1.15x / 1.5x the chained time in fp32 / bf16), minGRU / minLSTM
+    in chained one-chunk segments (never resident), their backward with at most 4 steps per thread (8 measured
+    1.4-2.6x slower), their forward with 4 (2 and 8 measured up to 1.4x slower) in at most 16 thread rows (the error
+    with decays near 1 grew with the rows: 2.7e-5 at 32)."""
     gpu = hwmodels.load("H200-SXM-141GB")
     for dtype in ("float32", "bfloat16"):
         for direction in ("forward", "backward"):
