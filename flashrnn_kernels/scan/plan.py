@@ -588,7 +588,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     # a resident segment's look-back: at most segments - 1 predecessors, threads_t per round (a chained block's one
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
-    # a forward whose whole traffic fits in L2 (see WORK_MODELS)
+    # a forward whose whole traffic fits in L2 (WorkModel.chained_ns_in_l2, chained_sparse_ns)
     in_l2_forward = not backward and (B * T * dim * problem.traffic_elements * esize * L2_REREAD_SHARE[1]
                                       <= gpu.l2_bytes * L2_REREAD_SHARE[0])
     chained_ns = work.chained_ns_in_l2 if in_l2_forward else work.chained_ns
