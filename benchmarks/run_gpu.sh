@@ -27,7 +27,9 @@
 #   PYTHON           interpreter (default python3)
 # The default stages take well over ten minutes; for shorter runs split them, e.g. STAGES="info tests
 # sanitize", then STAGES="fused", then STAGES="sweeps scan" (each run packs all results present).
-# Wheels in .whl/ (flashrnn 1.0.8, accelerated-scan 0.3.1) are installed into /tmp/site, offline.
+#   TEST_WORKERS     pytest-xdist workers for the GPU tests where xdist is importable (default 8)
+# Wheels in .whl/ (flashrnn 1.0.8, accelerated-scan 0.3.1; pytest-xdist and execnet to run the GPU tests in
+# parallel) are installed into /tmp/site, offline.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -120,8 +122,13 @@ EOF
             SUMMARY+=("info=done")
             ;;
         tests)
+            # a fresh machine compiles every plan on first use: with pytest-xdist, workers compile side by side
+            WORKERS=()
+            if "$PYTHON" -c "import xdist" 2>/dev/null; then
+                WORKERS=(-n "${TEST_WORKERS:-8}")
+            fi
             run_stage tests "$OUT/gpu_tests.log" "${TESTS_TIMEOUT:-420}" \
-                "$PYTHON" -m pytest -q -m gpu tests -rs -p no:cacheprovider
+                "$PYTHON" -m pytest -q -m gpu tests -rs -p no:cacheprovider ${WORKERS[@]+"${WORKERS[@]}"}
             ;;
         sanitize)
             if [ -z "$SANITIZER" ]; then
