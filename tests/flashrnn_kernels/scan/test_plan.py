@@ -143,8 +143,8 @@ def test_thin_plans_follow_the_measured_carries():
 def test_linear_forwards_in_l2_run_chained_blocks_of_5_per_sm(case):
     """Forwards whose whole traffic fits in three quarters of the H200's L2 ran as chained blocks of 8 x 16 threads, 8
     steps, 5 per SM in 0.73-1.00x the time of the resident segments planned before, 0.68-0.99x in a forward+backward
-    pair (scan_forward_in_l2_ab.md, 26 problems); blocks of 2 per SM lost alone by up to 1.08x. The thin fp32
-    forward's 50 MB do not fit, and it keeps its resident segments."""
+    pair (23 problems of scan_forward_in_l2_model_ab.md); blocks of 2 per SM lost alone by up to 1.08x
+    (scan_forward_in_l2_ab.md). The thin fp32 forward's 50 MB do not fit, and it keeps its resident segments."""
     shape, dtype = case
     p = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward"), hwmodels.load("H200-SXM-141GB"))
     assert (p.carry, p.threads_d, p.threads_t, p.steps, p.min_blocks) == ("chained", 8, 16, 8, 5), p
