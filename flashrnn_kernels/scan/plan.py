@@ -428,6 +428,11 @@ class ScanPlan:
         return header + SOURCE_PATH.read_text()
 
 
+def _fits_l2(gpu: hwmodels.GPUModel, nbytes: int) -> bool:
+    """Whether `nbytes` fit in L2_REREAD_SHARE of the GPU's L2."""
+    return nbytes * L2_REREAD_SHARE[1] <= gpu.l2_bytes * L2_REREAD_SHARE[0]
+
+
 def _min_of(m: constrint.Model, a, b, hi: int, name: str):
     """A variable equal to min(a, b)."""
     v = m.int_var(1, hi, name)
@@ -559,8 +564,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     if work.whole_row_bytes and dim * esize >= work.whole_row_bytes:
         m.add(m.any_of([split == 1, tile * esize == work.whole_row_bytes]), name="whole_lane_row_bytes")
     seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
-    in_l2 = B * T * dim * inputs * esize * L2_REREAD_SHARE[1] <= gpu.l2_bytes * L2_REREAD_SHARE[0]
-    reread = 0 if in_l2 else inputs * esize
+    reread = 0 if _fits_l2(gpu, B * T * dim * inputs * esize) else inputs * esize
     dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
     sm_per_elem = problem.traffic_elements * esize + resident * inputs * esize  # bytes through the SM
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
@@ -589,8 +593,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     # a forward whose whole traffic fits in L2 (WorkModel.chained_ns_in_l2, chained_sparse_ns)
-    in_l2_forward = not backward and (B * T * dim * problem.traffic_elements * esize * L2_REREAD_SHARE[1]
-                                      <= gpu.l2_bytes * L2_REREAD_SHARE[0])
+    in_l2_forward = not backward and _fits_l2(gpu, B * T * dim * problem.traffic_elements * esize)
     chained_ns = work.chained_ns_in_l2 if in_l2_forward else work.chained_ns
     sparse = 0
     if in_l2_forward and work.chained_sparse_ns:
