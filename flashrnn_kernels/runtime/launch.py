@@ -80,16 +80,15 @@ def _slot(kind: type) -> str | None:
     return _NUMPY_SLOTS.get(kind)
 
 
-def _null(_: None) -> int:
-    return 0
-
-
-def _data_ptr(t: torch.Tensor) -> int:
-    return t.data_ptr()
-
-
-def _same(v: Any) -> Any:
-    return v
+def _filler(kinds: tuple[type, ...], pack_into: Any, slots: np.ndarray) -> Any:
+    """`fill(args)`: every slot written by one `pack_into` call, each argument converted inline for its type (None
+    to 0, a tensor to its data pointer, anything else as it is); compiled once per argument-type signature, so that a
+    launch makes no Python call per argument."""
+    values = ", ".join("0" if kind is type(None) else f"args[{i}].data_ptr()" if issubclass(kind, torch.Tensor)
+                       else f"args[{i}]" for i, kind in enumerate(kinds))
+    scope = {"pack_into": pack_into, "slots": slots}
+    exec(f"def fill(args):\n    pack_into(slots, 0{', ' if values else ''}{values})\n", scope)
+    return scope["fill"]
 
 
 class _ParamBlock:
@@ -105,10 +104,7 @@ class _ParamBlock:
         base = self.slots.ctypes.data
         self.addresses = np.array([base + 8 * i for i in range(len(kinds))], dtype=np.uint64)
         self.kernel_params = self.addresses.ctypes.data if kinds else 0  # void** kernelParams
-        convert = tuple(_null if kind is type(None) else _data_ptr if issubclass(kind, torch.Tensor) else _same
-                        for kind in kinds)
-        pack_into, slots = struct.Struct("<" + "".join(layouts)).pack_into, self.slots
-        self.fill = lambda args: pack_into(slots, 0, *[f(a) for f, a in zip(convert, args)])
+        self.fill = _filler(kinds, struct.Struct("<" + "".join(layouts)).pack_into, self.slots)
 
 
 def _param_block(cupy: Any, kernel: Any, index: int, kinds: tuple[type, ...]) -> _ParamBlock | None:

@@ -4,13 +4,14 @@ Tensors are [B, T, D], contiguous, one floating dtype (fp32, bf16 or fp16; fp32 
 writes h; the backward runs the same kernel in reverse on dL/dh and the saved h and writes the gradients of the
 cell's inputs and of h0.
 
-Host path per call: a plan from a dict keyed by (cell, device, D, dtype, direction, B and T buckets), for split
-lanes the workspace reused per stream (no allocation and no memset: every published word carries the launch's
-epoch), and one launch.
+Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D) (the plans
+themselves are solved once per bucket of B and T), for split lanes the workspace reused per stream (no allocation
+and no memset: every published word carries the launch's epoch), and one launch.
 """
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -45,6 +46,45 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
 @functools.cache
 def _kernel(p: ScanPlan):
     return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.stage_bytes)
+
+
+class _Launch(NamedTuple):
+    """What one launch of a plan on [B, T, D] needs besides its tensors, worked out once per shape."""
+
+    plan: ScanPlan
+    grid: tuple[int]
+    block: tuple[int, int]
+    shared_mem: int
+    access: int  # bytes of one thread's access: every tensor's address is a multiple of it
+    d_tiles: int
+    lanes: int
+    segments: int
+    words: int  # published words per array (split lanes), else 0
+
+
+_launches: dict[tuple, _Launch] = {}
+_LAUNCHES_KEPT = 4096
+
+
+def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int) -> _Launch:
+    d_tiles = p.d_tiles(D)
+    lanes = B * d_tiles
+    segments = p.segments(lanes, p.chunks(T))
+    return _Launch(p, (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes, p.vec * element_size, d_tiles,
+                   lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
+
+
+def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
+    """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]): a dict lookup after the first
+    call of a shape."""
+    key = (cell, direction, x.device.index, x.dtype, *x.shape)
+    found = _launches.get(key)
+    if found is None:
+        if len(_launches) >= _LAUNCHES_KEPT:
+            _launches.clear()
+        B, T, D = x.shape
+        found = _launches[key] = _launch_of(device_plan(cell, x, direction), B, T, D, x.element_size())
+    return found
 
 
 class StreamWorkspace:
@@ -109,20 +149,20 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     x = inputs[0]
     B, T, D = x.shape
     backward = direction == "backward"
-    outs = tuple(torch.empty_like(x) for _ in (inputs if backward else (x,)))
+    outs = tuple(torch.empty_like(t) for t in inputs) if backward else (torch.empty_like(x),)
     grad_h0 = torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None else None
     if x.numel() == 0:  # nothing to launch; with no steps h does not depend on h0
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
-    p = kernel_plan or device_plan(cell, x, direction)
-    access = p.vec * x.element_size()
-    inputs = tuple(_aligned(t, access) for t in inputs)
-    h0 = None if h0 is None else _aligned(h0, access)
-    d_tiles, chunks = p.d_tiles(D), p.chunks(T)
-    lanes = B * d_tiles
-    segments = p.segments(lanes, chunks)
+    run = (_launch_of(kernel_plan, B, T, D, x.element_size()) if kernel_plan is not None
+           else _device_launch(cell, direction, x))
+    access = run.access
+    if any(t.data_ptr() % access for t in inputs):
+        inputs = tuple(_aligned(t, access) for t in inputs)
+    if h0 is not None:
+        h0 = _aligned(h0, access)
     stream = current_stream_handle(x.device.index)
-    if segments > 1:
-        maps, epoch = _workspace(x.device, stream, lanes * segments * p.tile)
+    if run.words:
+        maps, epoch = _workspace(x.device, stream, run.words)
     else:  # nothing is published: null workspace pointers
         maps, epoch = (None, None), 0
     x1, x2 = inputs[0], inputs[1]
@@ -130,8 +170,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    launch(_kernel(p), (lanes * segments,), (p.threads_d, p.threads_t),
-           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, T, D, d_tiles, lanes, segments, epoch),
-           shared_mem=p.stage_bytes, device=x.device.index, stream=stream)
+    launch(_kernel(run.plan), run.grid, run.block,
+           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, T, D, run.d_tiles, run.lanes, run.segments, epoch),
+           shared_mem=run.shared_mem, device=x.device.index, stream=stream)
     return (*outs, grad_h0) if backward else outs
-
