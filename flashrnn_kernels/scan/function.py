@@ -51,7 +51,7 @@ def _kernel(p: ScanPlan):
 class _Launch(NamedTuple):
     """What one launch of a plan on [B, T, D] needs besides its tensors, worked out once per shape."""
 
-    plan: ScanPlan
+    kernel: object  # the plan's compiled kernel (`_kernel`)
     grid: tuple[int]
     block: tuple[int, int]
     shared_mem: int
@@ -70,8 +70,8 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int) -> _Launc
     d_tiles = p.d_tiles(D)
     lanes = B * d_tiles
     segments = p.segments(lanes, p.chunks(T))
-    return _Launch(p, (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes, p.vec * element_size, d_tiles,
-                   lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
+    return _Launch(_kernel(p), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes, p.vec * element_size,
+                   d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
 
 
 def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
@@ -156,8 +156,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     run = (_launch_of(kernel_plan, B, T, D, x.element_size()) if kernel_plan is not None
            else _device_launch(cell, direction, x))
     access = run.access
-    if any(t.data_ptr() % access for t in inputs):
-        inputs = tuple(_aligned(t, access) for t in inputs)
+    inputs = tuple(_aligned(t, access) for t in inputs)
     if h0 is not None:
         h0 = _aligned(h0, access)
     stream = current_stream_handle(x.device.index)
@@ -170,7 +169,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    launch(_kernel(run.plan), run.grid, run.block,
+    launch(run.kernel, run.grid, run.block,
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, T, D, run.d_tiles, run.lanes, run.segments, epoch),
            shared_mem=run.shared_mem, device=x.device.index, stream=stream)
     return (*outs, grad_h0) if backward else outs
