@@ -10,10 +10,11 @@ from typing import Callable, Sequence
 
 from .errors import SolverBug
 from .constraints import AllDifferent, AnyOf, Compare, Constraint, Divides
-from .expr import IntVar, Neg, Operand, binary_interval, pow_interval
+from .expr import IntVar, Neg, Operand, binary_interval, pow_interval, sum_terms
 
 Predicate = Callable[[Sequence[int]], bool]
 INT64_SAFE = 1 << 62
+TOO_DEEP = (SyntaxError, RecursionError)  # what compiling source nested too deeply raises (over 200 parentheses)
 
 
 class ExprSource:
@@ -31,6 +32,10 @@ class ExprSource:
             return f"v[{e.index}]"
         if isinstance(e, Neg):
             return f"(-{self.expr(e.a)})"
+        terms = sum_terms(e)
+        if len(terms) > 2:  # one flat call: Python's compiler recurses once per nested operator
+            parts = [self.expr(t) if sign > 0 else f"(-{self.expr(t)})" for sign, t in terms]
+            return f"sum(({', '.join(parts)}))"
         op = e.op  # type: ignore[attr-defined]
         b = self.divisor(e.b) if op in ("//", "%") else self.expr(e.b)  # type: ignore[attr-defined]
         return f"({self.expr(e.a)} {op} {b})"  # type: ignore[attr-defined]
@@ -54,17 +59,19 @@ def _body(c: Constraint, helpers: list) -> str:
 
 
 def predicates(constraints: Sequence[Constraint]) -> dict[int, Predicate]:
-    """id(constraint) -> its check, all compiled at once; each check's __doc__ is the constraint's text."""
+    """id(constraint) -> its check, all compiled at once (else through `holds`, where Python cannot compile the
+    source: nested too deeply); each check's __doc__ is the constraint's text."""
     helpers: list = []
-    lines = []
-    for k, c in enumerate(constraints):
-        lines.append(f"def c{k}(v):\n    try:\n        return {_body(c, helpers)}\n"
-                     "    except ZeroDivisionError:\n        return False\n")
-    scope: dict = {f"_h{k}": h for k, h in enumerate(helpers)}
-    exec(compile("".join(lines), "<constrint checks>", "exec"), scope)
+    try:
+        lines = [f"def c{k}(v):\n    try:\n        return {_body(c, helpers)}\n"
+                 "    except ZeroDivisionError:\n        return False\n" for k, c in enumerate(constraints)]
+        scope: dict = {f"_h{k}": h for k, h in enumerate(helpers)}
+        exec(compile("".join(lines), "<constrint checks>", "exec"), scope)
+        checks = [scope[f"c{k}"] for k in range(len(constraints))]
+    except TOO_DEEP:
+        checks = [_interpreted([c], ()) for c in constraints]
     out = {}
-    for k, c in enumerate(constraints):
-        f = scope[f"c{k}"]
+    for f, c in zip(checks, constraints):
         f.__doc__ = c.text()
         out[id(c)] = f
     return out
@@ -73,7 +80,8 @@ def predicates(constraints: Sequence[Constraint]) -> dict[int, Predicate]:
 def conjunction(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]]) -> Predicate:
     """One function values -> bool: every value within its domain (lo, hi, allowed) and every constraint holds.
 
-    An undefined operation raises ZeroDivisionError, which makes the conjunction false, as `holds` does.
+    An undefined operation raises ZeroDivisionError, which makes the conjunction false, as `holds` does. Where
+    Python cannot compile the source (nested too deeply), the function checks through `holds` instead.
     """
     helpers: list = []
     scope: dict = {}
@@ -84,12 +92,29 @@ def conjunction(constraints: Sequence[Constraint], domains: Sequence[tuple[int, 
             parts.append(f"v[{i}] in _d{i}")
         else:
             parts.append(f"{lo!r} <= v[{i}] <= {hi!r}")
-    parts += [_body(c, helpers) for c in constraints]
-    scope.update({f"_h{k}": h for k, h in enumerate(helpers)})
-    code = f"def check(v):\n    try:\n        return {' and '.join(parts) or 'True'}\n" \
-           "    except ZeroDivisionError:\n        return False\n"
-    exec(compile(code, "<constrint check>", "exec"), scope)
+    try:
+        parts += [_body(c, helpers) for c in constraints]
+        scope.update({f"_h{k}": h for k, h in enumerate(helpers)})
+        code = f"def check(v):\n    try:\n        return {' and '.join(parts) or 'True'}\n" \
+               "    except ZeroDivisionError:\n        return False\n"
+        exec(compile(code, "<constrint check>", "exec"), scope)
+    except TOO_DEEP:
+        return _interpreted(constraints, domains)
     return scope["check"]
+
+
+def _interpreted(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int, frozenset | None]]) -> Predicate:
+    """The function of `conjunction`, through `holds`: no compiling, slower per candidate."""
+    index = {name: v.index for c in constraints for name, v in c.variables().items()}
+
+    def check(values: Sequence[int]) -> bool:
+        if not all(lo <= x <= hi and (allowed is None or x in allowed)
+                   for x, (lo, hi, allowed) in zip(values, domains)):
+            return False
+        assignment = {name: values[i] for name, i in index.items()}
+        return all(c.holds(assignment) for c in constraints)
+
+    return check
 
 
 def fits_int64(e: Operand, lo: list[int], hi: list[int]) -> bool:
@@ -108,6 +133,15 @@ def int64_interval(e: Operand, lo: list[int], hi: list[int]):
         if not r:
             return r
         r = (-r[1], -r[0])
+    elif e.op in ("+", "-"):  # type: ignore[attr-defined]
+        r = (0, 0)
+        for sign, t in sum_terms(e):  # each partial sum is a subexpression
+            rt = int64_interval(t, lo, hi)
+            if not rt:
+                return rt
+            r = (r[0] + rt[0], r[1] + rt[1]) if sign > 0 else (r[0] - rt[1], r[1] - rt[0])
+            if not (-INT64_SAFE < r[0] and r[1] < INT64_SAFE):
+                return False
     else:
         ra = int64_interval(e.a, lo, hi)  # type: ignore[attr-defined]
         if not ra:
@@ -144,14 +178,7 @@ def verifier(constraints: Sequence[Constraint], domains: Sequence[tuple[int, int
             check = conjunction(constraints, domains)
             return check(values)
     else:
-        index = {name: v.index for c in constraints for name, v in c.variables().items()}
-
-        def check(values: Sequence[int]) -> bool:
-            if not all(lo <= x <= hi and (allowed is None or x in allowed)
-                       for x, (lo, hi, allowed) in zip(values, domains)):
-                return False
-            assignment = {name: values[i] for name, i in index.items()}
-            return all(c.holds(assignment) for c in constraints)
+        check = _interpreted(constraints, domains)
 
     def verify(values: Sequence[int]) -> None:
         if not check(values):

@@ -2,6 +2,8 @@
 
 Exit status: 0 solved, 1 infeasible (the minimal core is printed), 2 bad input (an unreadable file, a syntax
 error reported as FILE:LINE:COLUMN, a bad option), 3 the time limit ran out, 141 the output pipe closed early.
+With --json, the outcome is a JSON object on stdout whose "status" is solved, infeasible, time_limit or bad_input
+(messages go to stderr as well).
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -89,30 +92,31 @@ def _positive_float(text: str) -> float:
 def _solve(args: argparse.Namespace) -> int:
     objective = args.minimize if args.minimize is not None else args.maximize
     if args.prefer and objective is not None:
-        return _fail("--prefer cannot be combined with --minimize or --maximize")
+        return _fail("--prefer cannot be combined with --minimize or --maximize", as_json=args.json)
     if args.limit is not None and (args.count or objective is not None):
-        return _fail("--limit goes with listing solutions, not with --count, --minimize or --maximize")
+        return _fail("--limit goes with listing solutions, not with --count, --minimize or --maximize",
+                     as_json=args.json)
     dialect = args.dialect or ("constrint" if Path(args.file).suffix == ".constrint" else "python")
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return _fail(f"cannot read {args.file}: {exc}")
+        return _fail(f"cannot read {args.file}: {exc}", as_json=args.json)
     try:
         model = parse(text, dialect)
     except ParseError as exc:
-        return _fail(_located(args.file, exc), prefix=False)
+        return _parse_failure(args.file, exc, args.json)
     try:
         expr = None if objective is None else parse_expression(objective, model, dialect)
     except ParseError as exc:
-        flag = "--minimize" if args.minimize is not None else "--maximize"
-        return _fail(_located(flag, exc), prefix=False)
+        return _parse_failure("--minimize" if args.minimize is not None else "--maximize", exc, args.json)
+    start = time.perf_counter()
     try:
         if args.count:
             return _report_count(model.count(time_limit=args.time_limit), args.json)
         if args.all or args.limit is not None:
             found = model.solutions(limit=args.limit, prefer=args.prefer or None, time_limit=args.time_limit)
-            if _report_many(model, found, args.json) == 0:
-                model.solve(time_limit=args.time_limit)  # no solution: raises Infeasible with its core
+            if _report_many(model, found, args.json) == 0:  # proven: explain it (in the time left)
+                raise model._infeasible(start, args.time_limit)
             return EXIT_OK
         if expr is not None:
             optimise = model.minimize if args.minimize is not None else model.maximize
@@ -121,7 +125,9 @@ def _solve(args: argparse.Namespace) -> int:
     except Infeasible as exc:
         core = list(dict.fromkeys(str(c) for c in exc.core))  # an interval gives two halves, one text
         if args.json:
-            _print_json({"status": "infeasible", "core": core})
+            _print_json({"status": "infeasible", "core": core, **({"reason": exc.reason} if exc.reason else {})})
+        elif exc.reason:
+            print(f"infeasible: {exc.reason}")
         else:
             print("infeasible: these constraints cannot all hold (a minimal set):")
             for line in core or ["(the variable domains alone)"]:
@@ -132,15 +138,21 @@ def _solve(args: argparse.Namespace) -> int:
             _print_json({"status": "time_limit", "message": str(exc)})
         return _fail(f"time limit of {args.time_limit} s reached: {exc}", code=EXIT_TIME_LIMIT)
     except ConstrintError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc), as_json=args.json)
 
 
-def _located(source: str, exc: ParseError) -> str:
-    message = str(exc).removeprefix(f"line {exc.line}, column {exc.column}: ")
-    return f"{source}:{exc.line}:{exc.column}: {message}"
+def _parse_failure(source: str, exc: ParseError, as_json: bool) -> int:
+    """A syntax error in `source` (the file, or the option holding an expression), as SOURCE:LINE:COLUMN."""
+    return _fail(f"{source}:{exc.line}:{exc.column}: {exc.message}", prefix=False, as_json=as_json,
+                 source=source, line=exc.line, column=exc.column)
 
 
-def _fail(message: str, *, code: int = EXIT_BAD_INPUT, prefix: bool = True) -> int:
+def _fail(message: str, *, code: int = EXIT_BAD_INPUT, prefix: bool = True, as_json: bool = False,
+          **fields: object) -> int:
+    """Print `message` on stderr and return `code`; with `as_json` (--json, where every outcome is reported on
+    stdout, as infeasible and time-limit ones are) print {"status": "bad_input", "message": ..., **fields} too."""
+    if as_json:
+        _print_json({"status": "bad_input", "message": message, **fields})
     print(f"constrint: {message}" if prefix else message, file=sys.stderr)
     return code
 

@@ -86,7 +86,8 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
                 domains: Sequence[tuple[int, int, frozenset | None]], order: list[tuple[int, str]],
                 time_limit: float | None, block_rows: int) -> Iterator[tuple[int, ...]]:
     """Every solution (values of the user variables), verified; preferred order within each component."""
-    if not root_fixpoint(store, props):
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    if not root_fixpoint(store, props, deadline):
         return
     fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
     base = tuple(store.lo[:n_user])
@@ -103,7 +104,7 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
         inside = set(group)
         local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
         searches.append(Search(store.copy() if len(groups) > 1 else store, props, n_user, order,
-                               time_limit=time_limit, constraints=local, block_rows=block_rows,
+                               time_limit=_left(deadline), constraints=local, block_rows=block_rows,
                                verify=_local_verifier(local, checks, domains, compiled, len(groups)),
                                domains=domains, component=group))
     if len(searches) == 1:
@@ -124,7 +125,8 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
                 domains: Sequence[tuple[int, int, frozenset | None]], time_limit: float | None,
                 block_rows: int) -> int:
     """The number of solutions: the product of the components' counts."""
-    if not root_fixpoint(store, props):
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    if not root_fixpoint(store, props, deadline):
         return 0
     fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
     groups = split(constraints, fixed)
@@ -132,7 +134,6 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
     verifier(ground, domains, compiled=False)(tuple(store.lo[:n_user]))
     compiled = block_rows > 0
     checks = predicates(constraints) if compiled and len(groups) > 1 else {}
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
     total = 1
     for group in groups:
         inside = set(group)
@@ -141,14 +142,18 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
             for i in group:
                 total *= store.size(i)
             continue
-        left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
         verify = _local_verifier(local, checks, domains, compiled, len(groups))
-        search = Search(store.copy(), props, n_user, [], time_limit=left, constraints=local,
+        search = Search(store.copy(), props, n_user, [], time_limit=_left(deadline), constraints=local,
                         block_rows=block_rows, verify=verify, domains=domains, component=group)
         total *= search.count(root=False)
         if not total:
             return 0
     return total
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left until `deadline` (None: no limit)."""
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
 
 
 def _local_verifier(local: Sequence[Constraint], checks: dict, domains, compiled: bool, n_groups: int):

@@ -106,13 +106,17 @@ def _is_prime(n: int) -> bool:
     return True
 
 
-def _rho(n: int) -> int:
-    """A non-trivial factor of the odd composite n (Pollard's rho, Brent's cycle finding)."""
+def _rho(n: int, steps: float = math.inf) -> int | None:
+    """A non-trivial factor of the odd composite n (Pollard's rho, Brent's cycle finding); None when `steps`
+    iterations find none."""
     c = 1
     while True:
         x = y = 2
         d = 1
         while d == 1:
+            if steps <= 0:
+                return None
+            steps -= 1
             x = (x * x + c) % n
             y = (y * y + c) % n
             y = (y * y + c) % n
@@ -123,8 +127,9 @@ def _rho(n: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def factorize(n: int) -> tuple[tuple[int, int], ...]:
-    """Prime factorisation of n >= 1 as ((prime, exponent), ...)."""
+def factorize(n: int, steps: float = math.inf) -> tuple[tuple[int, int], ...] | None:
+    """Prime factorisation of n >= 1 as ((prime, exponent), ...); None when some factor takes Pollard's rho over
+    `steps` iterations to split off (a 2**32 prime factor takes about 2**16)."""
     counts: dict[int, int] = {}
     for p in (2, 3, 5, 7, 11, 13):
         while n % p == 0:
@@ -136,15 +141,20 @@ def factorize(n: int) -> tuple[tuple[int, int], ...]:
         if _is_prime(k):
             counts[k] = counts.get(k, 0) + 1
             continue
-        d = _rho(k)
+        d = _rho(k, steps)
+        if d is None:
+            return None
         stack += [d, k // d]
     return tuple(sorted(counts.items()))
 
 
 @lru_cache(maxsize=4096)
-def divisors(n: int) -> tuple[int, ...]:
-    """Positive divisors of |n| (n != 0), ascending."""
+def divisors(n: int, steps: float = math.inf) -> tuple[int, ...] | None:
+    """Positive divisors of |n| (n != 0), ascending; None when factorising n takes too long (see `factorize`)."""
+    factors = factorize(abs(n), steps)
+    if factors is None:
+        return None
     divs = [1]
-    for p, e in factorize(abs(n)):
+    for p, e in factors:
         divs = [d * p**k for d in divs for k in range(e + 1)]
     return tuple(sorted(divs))

@@ -16,10 +16,11 @@ class UnknownVariable(ConstrintError, KeyError):
 
 
 class ParseError(ConstrintError):
-    """A syntax error in model text, located by 1-based `line` and `column`."""
+    """A syntax error in model text, located by 1-based `line` and `column`; `message` says what is wrong."""
 
     def __init__(self, message: str, line: int, column: int) -> None:
         super().__init__(f"line {line}, column {column}: {message}")
+        self.message = message
         self.line = line
         self.column = column
 
@@ -29,14 +30,18 @@ class Infeasible(ConstrintError):
 
     `core` is minimal (dropping any one of its constraints leaves a satisfiable set) when `minimal` is True. It is
     False only when some subset test did not settle within its time budget: the core is still infeasible then.
+    When something other than the constraints is to blame (an objective undefined wherever it is evaluated),
+    `reason` says what, and `core` is empty; else `reason` is None.
     """
 
-    def __init__(self, core: Sequence[object], minimal: bool = True) -> None:
+    def __init__(self, core: Sequence[object], minimal: bool = True, reason: str | None = None) -> None:
         self.core = list(core)
         self.minimal = minimal
+        self.reason = reason
         names = "; ".join(str(c) for c in self.core) or "(the variable domains alone)"
         note = "" if minimal else " (not proven minimal: some subsets could not be settled in time)"
-        super().__init__(f"no solution: these constraints cannot all hold{note}: {names}")
+        super().__init__(f"no solution: {reason}" if reason else
+                         f"no solution: these constraints cannot all hold{note}: {names}")
 
 
 class TimeLimit(ConstrintError):

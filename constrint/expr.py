@@ -12,6 +12,7 @@ expression is undefined violates the constraint that contains it.
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import TYPE_CHECKING, Mapping, Union
 
@@ -172,12 +173,26 @@ def _compare(a: Expr, op: str, b: object) -> Compare:
     return Compare(a, op, operand(b, f"right side of {op!r}"))
 
 
+def sum_terms(e: Operand) -> list[tuple[int, Operand]]:
+    """The terms of the left-deep sum `e` with their signs, found without recursion: a - b + c gives
+    [(1, a), (-1, b), (1, c)], and an expression that is no sum or difference gives [(1, e)]."""
+    terms: list[tuple[int, Operand]] = []
+    while isinstance(e, BinOp) and e.op in ("+", "-"):
+        terms.append((1 if e.op == "+" else -1, e.b))
+        e = e.a
+    terms.append((1, e))
+    terms.reverse()
+    return terms
+
+
 def evaluate(e: Operand, values: Mapping[str, int]) -> int:
     """Value of `e` with variables read by name from `values`; raises Undefined on x // 0 or x % 0."""
     if isinstance(e, int):
         return e
     if isinstance(e, IntVar):
         return values[e.name]
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        return sum(sign * evaluate(t, values) for sign, t in sum_terms(e))
     if isinstance(e, BinOp):
         a = evaluate(e.a, values)
         b = evaluate(e.b, values)
@@ -203,6 +218,20 @@ def variables(e: Operand, out: dict[str, IntVar]) -> dict[str, IntVar]:
     return out
 
 
+def has_division(e: Operand) -> bool:
+    """True when `e` holds a // or % (the only operations that can be undefined)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, BinOp):
+            if node.op in ("//", "%"):
+                return True
+            stack += [node.a, node.b]
+        elif isinstance(node, Neg):
+            stack.append(node.a)
+    return False
+
+
 def interval(e: Operand, lo: list[int], hi: list[int]) -> tuple[int, int] | None:
     """Bounds of `e` with variable i in [lo[i], hi[i]]; None when `e` is undefined for every value."""
     if isinstance(e, int):
@@ -213,6 +242,14 @@ def interval(e: Operand, lo: list[int], hi: list[int]) -> tuple[int, int] | None
     if isinstance(e, Neg):
         r = interval(e.a, lo, hi)
         return None if r is None else (-r[1], -r[0])
+    if e.op in ("+", "-"):  # type: ignore[attr-defined]
+        low = high = 0
+        for sign, t in sum_terms(e):
+            r = interval(t, lo, hi)
+            if r is None:
+                return None
+            low, high = (low + r[0], high + r[1]) if sign > 0 else (low - r[1], high - r[0])
+        return low, high
     ra = interval(e.a, lo, hi)  # type: ignore[attr-defined]
     if ra is None:
         return None
@@ -270,15 +307,17 @@ def pow_interval(lo: int, hi: int, k: int) -> tuple[int, int]:
 
 
 def iroot(n: int, k: int) -> int:
-    """floor(n ** (1/k)) for n >= 0, k >= 1, exact for big ints."""
+    """floor(n ** (1/k)) for n >= 0, k >= 1, exact: math.isqrt, else integer Newton from above."""
     if n < 2 or k == 1:
         return n
-    r = int(round(n ** (1.0 / k))) if n < 1 << 1000 else 1 << (n.bit_length() // k + 1)
-    while r**k > n:
-        r -= 1
-    while (r + 1) ** k <= n:
-        r += 1
-    return r
+    if k == 2:
+        return math.isqrt(n)
+    r = 1 << -(-n.bit_length() // k)  # above the root: Newton's steps then decrease to it
+    while True:
+        s = ((k - 1) * r + n // r ** (k - 1)) // k
+        if s >= r:
+            return r
+        r = s
 
 
 def _render(e: Operand, parent: int, right: bool = False) -> str:
@@ -288,6 +327,11 @@ def _render(e: Operand, parent: int, right: bool = False) -> str:
         return e.name
     elif isinstance(e, Neg):
         text, prec = "-" + _render(e.a, NEG_PRECEDENCE), NEG_PRECEDENCE
+    elif e.op in ("+", "-"):  # type: ignore[attr-defined]
+        prec = BINARY["+"][0]
+        (_, first), *rest = sum_terms(e)
+        text = _render(first, prec) + "".join(
+            f" {'+' if sign > 0 else '-'} {_render(t, prec + 1)}" for sign, t in rest)
     else:
         prec = BINARY[e.op][0]  # type: ignore[attr-defined]
         left_prec = prec + 1 if e.op == "**" else prec  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from math import gcd
 
 from .constraints import AllDifferent, AnyOf, Compare, Constraint, Divides
 from .disjunction import AnyOf as AnyOfProp
-from .expr import BinOp, IntVar, Neg, Operand, binary_interval, pow_interval
+from .expr import BinOp, IntVar, Neg, Operand, binary_interval, pow_interval, sum_terms
 from .propagate import EQ, LE, NE
 from .propagate import AllDifferent as AllDifferentProp
 from .propagate import Divides as DividesProp
@@ -98,13 +98,15 @@ class Flattener:
         if isinstance(e, Neg):
             t, c = self.linear(e.a)
             return {x: -k for x, k in t.items()}, -c
-        if isinstance(e, BinOp) and e.op in "+-":
-            (ta, ca), (tb, cb) = self.linear(e.a), self.linear(e.b)
-            sign = 1 if e.op == "+" else -1
-            terms = dict(ta)
-            for x, k in tb.items():
-                terms[x] = terms.get(x, 0) + sign * k
-            return terms, ca + sign * cb
+        if isinstance(e, BinOp) and e.op in ("+", "-"):
+            terms: dict[int, int] = {}
+            const = 0
+            for sign, part in sum_terms(e):
+                t, c = self.linear(part)
+                for x, k in t.items():
+                    terms[x] = terms.get(x, 0) + sign * k
+                const += sign * c
+            return terms, const
         if isinstance(e, BinOp) and e.op == "*":
             la, lb = self.linear(e.a), self.linear(e.b)
             if not la[0] or not lb[0]:
@@ -198,8 +200,8 @@ def _is_linear(e: Operand) -> bool:
         return True
     if isinstance(e, Neg):
         return _is_linear(e.a)
-    if isinstance(e, BinOp) and e.op in "+-":
-        return _is_linear(e.a) and _is_linear(e.b)
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        return all(_is_linear(t) for _, t in sum_terms(e))
     if isinstance(e, BinOp) and e.op == "*":
         return (isinstance(e.a, int) and _is_linear(e.b)) or (isinstance(e.b, int) and _is_linear(e.a))
     return False

@@ -12,18 +12,21 @@ from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
 from .errors import ConstrintError, Infeasible, TimeLimit, UnknownVariable
 from .explain import minimal_core
-from .expr import Expr, IntVar, Operand, evaluate, operand, variables
+from .expr import Expr, IntVar, Operand, evaluate, has_division, operand, variables
 from .flatten import Flattener
 from .search import MAX, MIN, Search, root_fixpoint
 
 CORE_CHECK_SECONDS = 0.5
 """Budget of one subset test while shrinking an infeasible core; an unsettled test keeps its constraints."""
 CORE_SECONDS = 5.0
-"""Budget of all subset tests of one core when the caller set no time limit."""
+"""Most time for all subset tests of one core (less where the caller's time limit leaves less)."""
+CORE_RATIO = 2.0
+"""Most time for all subset tests of one core, as a multiple of the time the search took to find no solution
+(at least CORE_CHECK_SECONDS): explaining an infeasible model costs a bounded share of proving it."""
 
-BLOCK_ROWS = 1 << 14  # enumerate all solutions in numpy blocks of at most this many combinations
+BLOCK_ROWS = 1 << 14  # near the leaves, check numpy blocks of at most this many combinations at once
 VarRef = Union[IntVar, str]
-Prefer = Sequence[Union[VarRef, "tuple[VarRef, str]"]]
+Prefer = Union[Sequence[Union[VarRef, "tuple[VarRef, str]"]], Mapping[VarRef, str]]
 
 
 class Solution(Mapping[str, int]):
@@ -37,7 +40,12 @@ class Solution(Mapping[str, int]):
         self.objective = objective
 
     def __getitem__(self, key: VarRef) -> int:
-        return self._values[self._index[key.name if isinstance(key, IntVar) else key]]
+        name = key.name if isinstance(key, IntVar) else key
+        try:
+            return self._values[self._index[name]]
+        except KeyError:
+            known = _names(self._index)
+            raise UnknownVariable(f"the solution has no variable named {name!r}; known: {known}") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._index)
@@ -124,12 +132,17 @@ class Model:
         return AnyOf(list(constraints))
 
     def solve(self, prefer: Prefer | None = None, time_limit: float | None = None) -> Solution:
-        """The first solution (the lexicographic optimum under `prefer`); raises Infeasible or TimeLimit."""
+        """The first solution (the lexicographic optimum under `prefer`); raises Infeasible or TimeLimit.
+
+        `prefer` lists variables (or names), most important first, each alone (meaning 'min') or in a pair with
+        its direction: [("x", "max"), "y"]; or maps them to directions: {"x": "max", "y": "min"}, in that order.
+        A bare pair ("x", "max") is refused, as it reads as two variables as much as one with a direction.
+        """
         start = time.perf_counter()
         time_limit = _check_time_limit(time_limit)
         for sol in self.solutions(limit=1, prefer=prefer, time_limit=time_limit):
             return sol
-        raise self._infeasible(_remaining(start, time_limit))
+        raise self._infeasible(start, time_limit)
 
     def solutions(self, limit: int | None = None, prefer: Prefer | None = None,
                   time_limit: float | None = None) -> Iterator[Solution]:
@@ -147,7 +160,7 @@ class Model:
         flat = self._flatten(self._constraints)
         index = {name: i for i, name in enumerate(self._vars)}
         found = solve_parts(flat.store, flat.props, flat.n_user, self._constraints, self._domains(), order,
-                            time_limit, BLOCK_ROWS if limit is None else 0)
+                            time_limit, BLOCK_ROWS)
         yield from map(Solution, repeat(index), found if limit is None else islice(found, limit))
 
     def count(self, time_limit: float | None = None) -> int:
@@ -181,7 +194,7 @@ class Model:
         for values in search.run():
             best = values
         if best is None:
-            raise self._infeasible(_remaining(start, time_limit))
+            raise self._no_optimum(expr, start, time_limit)
         solution = Solution({name: i for i, name in enumerate(self._vars)}, best)
         solution.objective = evaluate(expr, solution)
         return solution
@@ -194,12 +207,33 @@ class Model:
 
     def _feasible(self, constraints: list[Constraint], time_limit: float | None) -> bool:
         flat = self._flatten(constraints)
-        found = solve_parts(flat.store, flat.props, flat.n_user, constraints, self._domains(), [], time_limit, 0)
+        found = solve_parts(flat.store, flat.props, flat.n_user, constraints, self._domains(), [], time_limit,
+                            BLOCK_ROWS)
         return next(found, None) is not None
 
-    def _infeasible(self, time_limit: float | None) -> Infeasible:
-        """Infeasible with a core: minimal when every subset test settles within its budget."""
-        deadline = time.perf_counter() + (CORE_SECONDS if time_limit is None else time_limit)
+    def _no_optimum(self, expr: Operand, start: float, time_limit: float | None) -> Infeasible:
+        """Infeasible when an optimisation found nothing: the constraints' core, unless the objective is to blame,
+        being undefined (x // 0, x % 0) for every value of its variables or in every solution."""
+        alone = self._flatten([])
+        alone.var_of(expr)
+        if not root_fixpoint(alone.store, alone.props):
+            where = "for every value of its variables"
+        else:
+            try:
+                undefined = has_division(expr) and self._feasible(self._constraints, _remaining(start, time_limit))
+            except TimeLimit:
+                undefined = False
+            if not undefined:
+                return self._infeasible(start, time_limit)
+            where = "in every solution of the constraints"
+        return Infeasible([], reason=f"the objective {expr} is undefined (division or modulo by zero) {where}")
+
+    def _infeasible(self, start: float, time_limit: float | None) -> Infeasible:
+        """Infeasible with a core, after a search from `start` (time.perf_counter()) under `time_limit` found no
+        solution: minimal when every subset test settles within the budget (CORE_RATIO, CORE_SECONDS)."""
+        now = time.perf_counter()
+        budget = min(CORE_SECONDS, max(CORE_CHECK_SECONDS, CORE_RATIO * (now - start)))
+        deadline = now + (budget if time_limit is None else min(budget, _remaining(start, time_limit)))
         proven = True
 
         def feasible(cs: list[Constraint]) -> bool:
@@ -215,7 +249,10 @@ class Model:
 
         def root_consistent(cs: list[Constraint]) -> bool:
             flat = self._flatten(cs)
-            return root_fixpoint(flat.store, flat.props)
+            try:
+                return root_fixpoint(flat.store, flat.props, deadline)
+            except TimeLimit:
+                return True  # unsettled: keep the constraints tested
 
         # Where propagation alone refutes the model, first shrink to a set that propagation refutes (cheap
         # tests, no search), then make that set minimal with the complete test.
@@ -232,8 +269,13 @@ class Model:
     def _prefer(self, prefer: Prefer | None) -> list[tuple[int, str]]:
         if prefer is None:
             return []
-        if isinstance(prefer, (str, IntVar)) or not isinstance(prefer, Iterable):
-            raise ConstrintError(f"prefer must be a list such as [('x', 'max'), ('y', 'min')], got {prefer!r}")
+        expected = "a list such as [('x', 'max'), ('y', 'min')] or a dict such as {'x': 'max', 'y': 'min'}"
+        if isinstance(prefer, Mapping):
+            prefer = list(prefer.items())
+        elif isinstance(prefer, tuple) and len(prefer) == 2 and isinstance(prefer[1], str) and prefer[1] in (MIN, MAX):
+            raise ConstrintError(f"prefer must be {expected}, got the bare pair {prefer!r}; write [{prefer!r}]")
+        elif isinstance(prefer, (str, IntVar)) or not isinstance(prefer, Iterable):
+            raise ConstrintError(f"prefer must be {expected}, got {prefer!r}")
         order: list[tuple[int, str]] = []
         seen: set[int] = set()
         for item in prefer:
@@ -261,7 +303,7 @@ class Model:
                 raise ConstrintError(f"variable {v.name!r} belongs to another Model; create it with this one")
 
 
-def _names(vars_: Mapping[str, IntVar]) -> str:
+def _names(vars_: Mapping[str, object]) -> str:
     names = list(vars_)
     return ", ".join(names[:10]) + (", ..." if len(names) > 10 else "") if names else "(none)"
 

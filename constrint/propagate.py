@@ -6,17 +6,24 @@ fixed, and a check-only relation (!=, divides, any_of) is decided, so a leaf of 
 """
 from __future__ import annotations
 
+import time
 from math import gcd
 
 from .domain import divisors, solve_congruence
+from .errors import TimeLimit
 from .expr import iroot
 from .store import Conflict, Store
 
 LE, EQ, NE = "<=", "==", "!="
+CLOCK_EVERY = 1024  # propagator runs between looks at the clock (bounds may shrink one unit per run)
+RHO_STEPS = 1 << 16  # factoring effort per factor: a fixed product or multiple too hard to factor restricts nothing
 
 
-def fixpoint(s: Store, props: list) -> bool:
-    """Run queued propagators, first in first out, until nothing changes; False on a conflict."""
+def fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
+    """Run queued propagators, first in first out, until nothing changes; False on a conflict.
+
+    Raises TimeLimit once time.perf_counter() passes `deadline` (when given).
+    """
     queue, queued = s.queue, s.queued
     k = 0
     try:
@@ -25,12 +32,14 @@ def fixpoint(s: Store, props: list) -> bool:
             k += 1
             queued[p] = False
             props[p].propagate(s)
+            if deadline is not None and not k % CLOCK_EVERY and time.perf_counter() > deadline:
+                raise TimeLimit(f"propagation stopped at its time limit after {k} steps")
     except Conflict:
+        return False
+    finally:
         for p in queue[k:]:
             queued[p] = False
         queue.clear()
-        return False
-    queue.clear()
     return True
 
 
@@ -209,7 +218,7 @@ class Times(_Binary):
             if zl != 0:
                 for u in (x, y):
                     if lo[u] != hi[u]:
-                        s.restrict(u, _signed_divisors(zl, lo[u], hi[u]))
+                        _restrict_to_divisors(s, u, zl)
             elif lo[x] > 0 or hi[x] < 0:
                 s.fix(y, 0)
             elif lo[y] > 0 or hi[y] < 0:
@@ -218,12 +227,16 @@ class Times(_Binary):
             s.fix(z, lo[x] * lo[y])
 
 
-def _signed_divisors(n: int, lo: int, hi: int) -> list[int]:
-    ds = divisors(n)
+def _restrict_to_divisors(s: Store, u: int, n: int) -> None:
+    """Keep the values of u that divide n != 0; skipped when n is too hard to factor quickly."""
+    ds = divisors(n, RHO_STEPS)
+    if ds is None:
+        return
+    lo, hi = s.lo[u], s.hi[u]
     out = [d for d in ds if lo <= d <= hi] if hi > 0 else []
     if lo < 0:
         out += [-d for d in ds if lo <= -d <= hi]
-    return out
+    s.restrict(u, out)
 
 
 class FloorDiv(_Binary):
@@ -362,12 +375,15 @@ class Divides:
         if lo[d] == hi[d]:
             s.congruence(n, 0, abs(lo[d]))
         elif lo[n] == hi[n] and lo[n] != 0:
-            s.restrict(d, _signed_divisors(lo[n], lo[d], hi[d]))
+            _restrict_to_divisors(s, d, lo[n])
         if lo[d] == hi[d] and lo[n] == hi[n] and lo[n] % lo[d]:
             raise Conflict
 
 
 class AllDifferent:
+    """Pairwise different values: fixed values leave the other domains, and the unfixed variables need as many
+    values left in the span of their bounds as there are of them (pigeonhole)."""
+
     __slots__ = ("vars",)
 
     def __init__(self, xs: list[int]) -> None:
@@ -376,11 +392,18 @@ class AllDifferent:
     def propagate(self, s: Store) -> None:
         lo, hi = s.lo, s.hi
         seen: set[int] = set()
+        free: list[int] = []
         for x in self.vars:
             if lo[x] == hi[x]:
                 if lo[x] in seen:
                     raise Conflict
                 seen.add(lo[x])
+            else:
+                free.append(x)
+        if free:
+            low, high = min(lo[x] for x in free), max(hi[x] for x in free)
+            if high - low + 1 - sum(low <= v <= high for v in seen) < len(free):
+                raise Conflict
         if seen:
             for x in self.vars:
                 if lo[x] != hi[x]:

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .check import constraint_fits, fits_int64
+from .check import TOO_DEEP, constraint_fits, fits_int64
 from .constraints import Constraint
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
@@ -86,7 +86,7 @@ class Search:
                     s.queued[p] = False
                 s.queue.clear()
                 return False
-        return fixpoint(s, self.props)
+        return fixpoint(s, self.props, self.deadline)
 
     def _improved(self, value: int) -> None:
         """A solution of objective `value`: require better ones, and bisect when progress is slow."""
@@ -146,14 +146,17 @@ class Search:
     def _walk(self, root: bool) -> Iterator["tuple[int, ...] | Block"]:
         """Single solutions as tuples, and blocks of solutions."""
         s = self.store
-        if root and not root_fixpoint(s, self.props):
+        if root and not root_fixpoint(s, self.props, self.deadline):
             return
         # bounds only shrink below this point: what fits in int64 here fits at every node
         self.fit_everywhere = self.block_rows > 0 and self._fits()
         if self.block_rows:  # compiled for the root bounds, which hold at every node below
-            self.check = block_check(self.constraints, s.lo, s.hi)
-            if self.objective is not None:
-                self.objective_value = block_value(self.objective[2], s.lo, s.hi)
+            try:
+                self.check = block_check(self.constraints, s.lo, s.hi)
+                if self.objective is not None:
+                    self.objective_value = block_value(self.objective[2], s.lo, s.hi)
+            except TOO_DEEP:  # Python cannot compile expressions nested this deeply: branch down to the leaves
+                self.block_rows = 0
         if self.objective is not None:
             obj, sense, _ = self.objective
             self.objective_limit = s.lo[obj] if sense == MIN else s.hi[obj]
@@ -283,8 +286,11 @@ class Block:
         return zip(*cols)
 
 
-def root_fixpoint(s: Store, props: list) -> bool:
-    """Run every propagator once and then to a fixpoint; False when the root is already inconsistent."""
+def root_fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
+    """Run every propagator once and then to a fixpoint; False when the root is already inconsistent.
+
+    Raises TimeLimit once time.perf_counter() passes `deadline` (when given).
+    """
     s.queue[:] = range(len(props))
     s.queued[:] = [True] * len(props)
-    return fixpoint(s, props)
+    return fixpoint(s, props, deadline)

@@ -28,8 +28,11 @@ import ast
 import bisect
 import contextlib
 import functools
+import io
+import keyword
 import operator
 import re
+import tokenize
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence, Union
 
@@ -175,6 +178,9 @@ _PY_HINTS = {
 }
 _DOTS_HINT = "'..' only forms an interval, as in 'x in [lo..hi]' with one lo and one hi"
 _DOTS = re.compile(r"(?<!\.)\.\.(?!\.)")  # `[lo..hi]` is read as `[lo ,hi]` (same length: columns hold)
+_TOO_DEEP = "the expression nests too deeply (or is too long) for the python dialect's parser; split it up"
+_INFIX = ("+", "-", "*", "//", "%", "**", "==", "!=", "<=", "<", ">=", ">", "and", "or", "in")
+_NO_START = _INFIX[2:] + (";", ")", "]", ",")  # what cannot begin an expression ('+' and '-' can: unary)
 
 Atom = tuple[Constraint, str]  # a constraint and its text
 Clauses = list[list[Atom]]  # a conjunction of disjunctions
@@ -199,6 +205,42 @@ class _NotConstant(Exception):
 
 def _constant_only(name: str, pos: Pos) -> Value:
     raise _NotConstant(name)
+
+
+@contextlib.contextmanager
+def _not_too_deep(pos: Pos) -> Iterator[None]:
+    """Turn a RecursionError (an expression nested thousands of levels deep) into a ParseError at `pos`."""
+    try:
+        yield
+    except RecursionError:
+        raise ParseError(_TOO_DEEP, *pos) from None
+
+
+def _expected(source: str) -> tuple[str, int, int] | None:
+    """What was expected where Python's parser says only 'invalid syntax', as (message, line, 0-based column) at
+    the first token that cannot follow the one before it; None when no token is found out of place."""
+    before = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in (tokenize.NL, tokenize.COMMENT):
+                continue
+            end = token.type in (tokenize.NEWLINE, tokenize.ENDMARKER)
+            text = token.string
+            if before is not None and before.string in _INFIX and (end or text in _NO_START):
+                found = "" if end else f", found {text!r}"
+                return f"expected an expression after {before.string!r}{found}", *token.start
+            if text == ";" and (before is None or before.string == ";" or before.type == tokenize.NEWLINE):
+                return "empty statement: expected a constraint before ';'", *token.start
+            if _is_operand(token) and before is not None and (_is_operand(before) or before.string in (")", "]")):
+                return f"expected an operator between {before.string!r} and {text!r}", *token.start
+            before = token
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return None
+
+
+def _is_operand(token: tokenize.TokenInfo) -> bool:
+    return token.type == tokenize.NUMBER or (token.type == tokenize.NAME and not keyword.iskeyword(token.string))
 
 
 class _PythonReader:
@@ -229,7 +271,8 @@ class _PythonReader:
         domains: dict[str, _Declared] = {}
         chosen: dict[int, str] = {}
         for index, node in enumerate(statements):
-            declared = self._declaration(node)
+            with _not_too_deep(self.pos(node)):
+                declared = self._declaration(node)
             if declared is not None and declared[0] not in domains:
                 domains[declared[0]] = declared[1]
                 chosen[index] = declared[0]
@@ -238,21 +281,36 @@ class _PythonReader:
             if index in chosen:
                 self.builder.var(chosen[index], self.pos(node))
                 continue
-            clauses = self._clauses(node, False)
+            with _not_too_deep(self.pos(node)):
+                clauses = self._clauses(node, False)
             for clause in clauses:
                 name = self.text(node) if len(clauses) == 1 else " or ".join(text for _, text in clause)
                 self.builder.add([c for c, _ in clause], name, self.pos(node))
         return self.builder.model
 
     def expression(self, lookup: Lookup) -> Value:
-        return self._expr(self._tree("eval").body, lookup)
+        body = self._tree("eval").body
+        with _not_too_deep(self.pos(body)):
+            return self._expr(body, lookup)
 
     def _tree(self, mode: str) -> ast.AST:
         try:
             return ast.parse(self.source, mode=mode)
         except SyntaxError as exc:
             line = min(max(exc.lineno or 1, 1), len(self.lines))
-            raise ParseError(exc.msg, line, self.indent[line - 1] + max(exc.offset or 1, 1)) from None
+            offset = exc.offset if exc.offset and exc.offset > 0 else len(self.lines[line - 1]) + 1  # eval: 0 at end
+            message, pos = exc.msg, (line, self.indent[line - 1] + offset)
+            if message == "too many nested parentheses":
+                message = f"the expression nests too deeply ({message})"
+            elif message.startswith("invalid syntax") and (found := _expected(self.source)) is not None:
+                at_line = min(found[1], len(self.lines))
+                at = (at_line, self.indent[at_line - 1] + found[2] + 1)
+                if at <= pos:  # not beyond where Python's parser stopped
+                    message, pos = found[0], at
+            raise ParseError(message, *pos) from None
+        except RecursionError:  # no position: blame the longest line
+            line = max(range(len(self.lines)), key=lambda i: len(self.lines[i])) + 1
+            raise ParseError(_TOO_DEEP, line, self.indent[line - 1] + 1) from None
         except ValueError as exc:  # a NUL character
             before = self.source.split("\0")[0]
             raise ParseError(str(exc), before.count("\n") + 1, len(before.rsplit("\n", 1)[-1]) + 1) from None
@@ -324,13 +382,24 @@ class _PythonReader:
         if isinstance(node, ast.Name):
             return lookup(node.id, pos)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            value = self._expr(node.operand, lookup)
-            return -value if isinstance(node.op, ast.USub) else value
+            negate = False  # a run of signs is one negation or none, however long
+            while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+                negate ^= isinstance(node.op, ast.USub)
+                node = node.operand
+            value = self._expr(node, lookup)
+            return -value if negate else value
         if isinstance(node, ast.BinOp):
-            op = _PY_BINOPS.get(type(node.op))
-            if op is None:
-                raise ParseError(_PY_HINTS.get(type(node.op), "unsupported operator; use + - * // % **"), *pos)
-            return _apply(op, self._expr(node.left, lookup), self._expr(node.right, lookup), pos)
+            chain = []  # the left operands down from `node` (a long sum), walked without recursion
+            while isinstance(node, ast.BinOp):
+                if type(node.op) not in _PY_BINOPS:
+                    raise ParseError(_PY_HINTS.get(type(node.op), "unsupported operator; use + - * // % **"),
+                                     *self.pos(node))
+                chain.append(node)
+                node = node.left
+            value = self._expr(node, lookup)
+            for link in reversed(chain):
+                value = _apply(_PY_BINOPS[type(link.op)], value, self._expr(link.right, lookup), self.pos(link))
+            return value
         if isinstance(node, ast.Call):
             raise ParseError(f"{self.text(node)!r} is a call; all_different(...) and divides(d, m) are the only "
                              f"ones, and each is a whole constraint", *pos)
@@ -492,9 +561,22 @@ class _ConstrintReader:
         for index, (body, text, pos) in enumerate(statements):
             if index in chosen:
                 builder.var(chosen[index], pos)
-            else:
+                continue
+            try:
                 builder.add(self._statement(body), text, pos)
+            except ParseError as exc:
+                raise self._missing_semicolon(body) or exc from None
         return builder.model
+
+    def _missing_semicolon(self, body: list[_Token]) -> ParseError | None:
+        """An error asking for ';' where a line of the statement ends a term and the next line begins one."""
+        for a, b in zip(body, body[1:]):
+            ends, begins = a.kind != "op" or a.text == "]", b.kind != "op" or b.text == "["
+            if ends and begins and self.pos(a)[0] < self.pos(b)[0]:
+                end = self.pos(_Token("op", "", a.end, a.end))
+                return ParseError(f"missing ';' after {a.text!r} at the end of line {end[0]}: statements end with ';'",
+                                  *end)
+        return None
 
     def expression(self, lookup: Lookup) -> Value:
         self._check_parens(self.tokens)

@@ -6,7 +6,8 @@ import itertools
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from constrint.check import constraint_fits, predicates
+from constrint import Model
+from constrint.check import conjunction, constraint_fits, predicates
 from constrint.vector import block_check
 
 from constrint_strategies import models
@@ -74,3 +75,16 @@ def test_overflowing_constraints_are_not_vectorised():
     x = m.int_var(1, 10**12, "x")
     assert not constraint_fits(x * x * x <= 5, [1], [10**12])
     assert constraint_fits(x * 1000 <= 5, [1], [10**12])
+
+
+def test_expressions_nested_beyond_what_python_compiles_are_checked_through_holds():
+    m = Model()
+    x, y = m.int_var(-5, 5, "x"), m.int_var(0, 1, "y")
+    e = x
+    for _ in range(250):  # the source would nest 250 parentheses deep; Python's parser stops at 200
+        e = e // 2
+    c = m.add(e + y == -1 + y)
+    check = predicates([c])[id(c)]
+    assert [check((v, 0)) for v in range(-5, 6)] == [v < 0 for v in range(-5, 6)] and check.__doc__ == c.text()
+    assert conjunction([c], m._domains())((-3, 1)) and not conjunction([c], m._domains())((3, 1))
+    assert m.count() == 10 and len(list(m.solutions())) == 10 and m.solve(prefer=[("x", "max")])["x"] == -1

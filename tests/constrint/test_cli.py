@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from constrint import Model
 from constrint.cli import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, EXIT_TIME_LIMIT, main
 
 TILES = """
@@ -125,10 +126,47 @@ def test_parse_error_exits_2_with_file_line_column(capsys, tmp_path):
     path.write_text("x == [1, 2]\ny == x +* 2\n")
     code, out, err = run(capsys, "solve", str(path))
     assert code == EXIT_BAD_INPUT and out == ""
-    assert err.startswith(f"{path}:2:") and "invalid syntax" in err
+    assert err.startswith(f"{path}:2:9: ") and "expected an expression after '+', found '*'" in err
     path.write_text("x == 1\ny = 2\n")
     code, _, err = run(capsys, "solve", str(path))
     assert code == EXIT_BAD_INPUT and err.startswith(f"{path}:2:1: ")
+
+
+def test_all_reports_a_model_it_proved_infeasible_without_searching_again(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "pigeons.py"
+    names = [f"x{i}" for i in range(10)]
+    path.write_text("\n".join(f"{n} in [1..9]" for n in names) + f"\nall_different({', '.join(names)})\n")
+    code, out, _ = run(capsys, "solve", str(path), "--all", "--time-limit", "3")
+    assert code == EXIT_INFEASIBLE and out.splitlines()[1].strip().startswith("all_different(x0")
+
+    def solve_again(*args, **kwargs):
+        raise AssertionError("the listing proved already that there is no solution")
+
+    monkeypatch.setattr(Model, "solve", solve_again)
+    code, out, _ = run(capsys, "solve", str(path), "--all", "--json")
+    assert code == EXIT_INFEASIBLE and json.loads(out)["status"] == "infeasible"
+
+
+def test_json_reports_bad_input_on_stdout_too(capsys, tmp_path, tiles):
+    path = tmp_path / "broken.py"
+    path.write_text("x == [1, 2]\ny == x +* 2\n")
+    code, out, err = run(capsys, "solve", str(path), "--json")
+    message = f"{path}:2:9: expected an expression after '+', found '*'"
+    assert (code, err) == (EXIT_BAD_INPUT, message + "\n")
+    assert json.loads(out) == {"status": "bad_input", "message": message, "source": str(path), "line": 2,
+                               "column": 9}
+    code, out, err = run(capsys, "solve", tiles, "--minimize", "x +", "--json")
+    assert code == EXIT_BAD_INPUT and err.startswith("--minimize:1:4: expected an expression after '+'")
+    assert json.loads(out)["column"] == 4
+    code, out, err = run(capsys, "solve", tiles, "--count", "--limit", "2", "--json")
+    assert code == EXIT_BAD_INPUT and json.loads(out)["status"] == "bad_input" and "--limit" in err
+
+
+def test_an_undefined_objective_is_reported_as_the_reason(capsys, tiles):
+    code, out, _ = run(capsys, "solve", tiles, "--minimize", "x // 0")
+    assert code == EXIT_INFEASIBLE and out.startswith("infeasible: the objective x // 0 is undefined")
+    code, out, _ = run(capsys, "solve", tiles, "--minimize", "x // 0", "--json")
+    assert json.loads(out)["reason"].startswith("the objective x // 0 is undefined")
 
 
 def test_bad_objective_and_options_exit_2(capsys, tiles):

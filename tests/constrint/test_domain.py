@@ -62,3 +62,10 @@ def test_domain_constructors():
 def test_domain_errors(make, match):
     with pytest.raises(ConstrintError, match=match):
         make()
+
+
+def test_factoring_with_a_step_budget_gives_up_on_two_large_primes():
+    p, q = 2**61 - 1, 2**89 - 1  # primes
+    assert factorize(p * q, 1 << 16) is None and divisors(6 * p * q, 1 << 16) is None
+    assert divisors(2**100 * 3, 1 << 16) == tuple(sorted(2**i * 3**j for i in range(101) for j in range(2)))
+    assert factorize(6 * p, 1 << 16) == ((2, 1), (3, 1), (p, 1))

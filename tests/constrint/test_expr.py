@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constrint import ConstrintError, Model
-from constrint.expr import Undefined, evaluate, interval
+from constrint.expr import Undefined, evaluate, interval, iroot
 
 from constrint_strategies import expressions, value_or_none
+from constrint_timing import finishes_within
 
 
 @pytest.fixture
@@ -83,3 +84,23 @@ def test_interval_contains_every_defined_value(data):
         assert not defined
     else:
         assert all(bounds[0] <= v <= bounds[1] for v in defined)
+
+
+def test_iroot_is_exact_and_fast_on_huge_numbers():
+    # a float first guess is off by about 1e9 at 10**50: stepping one unit at a time from there never ends
+    with finishes_within(5):
+        for n in (10**50 - 1, 10**50, 10**50 + 1, 3**2000, 2**4096 - 1, 10**25):
+            for k in range(1, 9):
+                r = iroot(n, k)
+                assert r**k <= n < (r + 1) ** k, (n, k)
+        assert iroot(10**50, 2) == 10**25 and iroot(10**75, 3) == 10**25 and iroot(10**75 - 1, 3) == 10**25 - 1
+
+
+def test_long_sums_print_evaluate_and_bound_without_recursion():
+    m = Model()
+    xs = [m.int_var(0, 1, f"x{i}") for i in range(10_000)]
+    total = sum(xs) - xs[0] + 2
+    assert str(total == 1).startswith("0 + x0 + x1 + x2") and str(total == 1).endswith("x9999 - x0 + 2 == 1")
+    assert str((xs[0] - xs[1]) * (xs[2] + xs[3] - xs[4])) == "(x0 - x1) * (x2 + x3 - x4)"
+    assert evaluate(total, {x.name: 1 for x in xs}) == 10_001
+    assert interval(total, [0] * 10_000, [1] * 10_000) == (1, 10_002)  # x0 counted apart from - x0

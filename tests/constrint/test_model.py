@@ -1,6 +1,7 @@
 """Model: classic counts, brute-force agreement on random models, preferences, optimisation, errors."""
 from __future__ import annotations
 
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +12,7 @@ from constrint import ConstrintError, Infeasible, Model, Solution, TimeLimit
 from constrint.expr import evaluate
 
 from constrint_strategies import brute_force, models
+from constrint_timing import finishes_within
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -129,6 +131,16 @@ def test_solution_is_read_only_mapping():
         sol["x"] = 3  # type: ignore[index]
 
 
+def test_solution_lookup_of_an_unknown_name_lists_the_known_ones():
+    m = Model()
+    m.int_var(1, 3, "x")
+    m.int_var(1, 3, "y")
+    sol = m.solve()
+    with pytest.raises(KeyError, match="no variable named 'z'; known: x, y"):
+        sol["z"]
+    assert "z" not in sol and sol.get("z") is None
+
+
 def test_limit_and_distinct_solutions():
     m = Model()
     x, y = m.int_var(0, 9, "x"), m.int_var(0, 9, "y")
@@ -199,6 +211,20 @@ def test_prefer_errors():
     assert m.solve(prefer=[("x", "max")])["x"] == 3
 
 
+def test_prefer_as_a_dict_keeps_directions_and_order():
+    m = Model()
+    x, y = m.int_var(0, 3, "x"), m.int_var(0, 3, "y")
+    m.add(x + y <= 4)
+    assert dict(m.solve(prefer={"x": "max", "y": "max"})) == {"x": 3, "y": 1}
+    assert dict(m.solve(prefer={y: "max", x: "max"})) == {"x": 1, "y": 3}
+    assert [dict(s) for s in m.solutions(limit=2, prefer={"x": "min", "y": "max"})] == [{"x": 0, "y": 3},
+                                                                                          {"x": 0, "y": 2}]
+    with pytest.raises(ConstrintError, match=r"got the bare pair \('x', 'max'\); write \[\('x', 'max'\)\]"):
+        m.solve(prefer=("x", "max"))
+    with pytest.raises(ConstrintError, match="'min' or 'max', got 'up'"):
+        m.solve(prefer={"x": "up"})
+
+
 def test_unknown_names_are_key_errors_too():
     m = Model()
     m.int_var(1, 2, "a")
@@ -259,3 +285,67 @@ def test_optimisation_over_huge_ranges_bisects_the_objective():
     assert best["y"] == 1000 and best["x"] == top - (top - 3) % 7 and best.objective == best["x"] - 1000
     low = m.minimize(3 * x + y, time_limit=10)
     assert (low["x"], low["y"], low.objective) == (3, 1000, 1009)
+
+
+def test_huge_domains_keep_the_time_limit_and_solve_fast():
+    m = Model()
+    x = m.int_var(-10**25, 10**25, "x")
+    m.add(x * x == 4)
+    with finishes_within(10):
+        assert m.solve(time_limit=1)["x"] == -2
+        assert m.count(time_limit=1) == 2
+        assert [s["x"] for s in m.solutions(time_limit=1)] == [-2, 2]
+
+
+def test_sums_of_thousands_of_terms():
+    m = Model()
+    xs = [m.int_var(0, 1, f"x{i}") for i in range(1000)]
+    m.add(sum(xs) == 1)
+    assert sum(m.solve().values()) == 1
+    big = Model()
+    ys = [big.int_var(0, 1, f"y{i}") for i in range(10_000)]
+    big.add(sum(ys) - ys[0] <= 0)
+    big.add(big.any_of([sum(ys) == 1, ys[1] == 1]))
+    assert dict(big.solve()) == {f"y{i}": int(i == 0) for i in range(10_000)}
+    assert big.count() == 1
+
+
+def test_infeasibility_proof_by_solve_costs_about_what_count_costs():
+    # solve() searched without numpy blocks and took about 6 times as long as count() to find nothing
+    m = Model()
+    xs = [m.int_var(1, 9, f"x{i}") for i in range(8)]
+    m.add(m.all_different(xs))
+    m.add(sum(xs) == 35)  # eight different digits 1..9 sum to 36 at least
+    started = time.perf_counter()
+    assert m.count() == 0
+    counting = time.perf_counter() - started
+    started = time.perf_counter()
+    with pytest.raises(Infeasible):
+        m.solve()
+    assert time.perf_counter() - started < 2 * counting + 0.1
+
+
+def test_pigeonhole_refutes_all_different_at_once():
+    m = Model()
+    xs = [m.int_var(0, 10, f"x{i}") for i in range(12)]
+    m.add(m.all_different(xs), name="twelve different values in 0..10")
+    with finishes_within(10), pytest.raises(Infeasible) as info:
+        m.solve()
+    assert [str(c) for c in info.value.core] == ["twelve different values in 0..10"]
+
+
+def test_an_objective_undefined_everywhere_is_named_as_the_cause():
+    m = Model()
+    x = m.int_var(1, 5, "x")
+    with pytest.raises(Infeasible, match=r"objective x // 0 is undefined \(division or modulo by zero\) for every "
+                                         r"value") as info:
+        m.minimize(x // 0)
+    assert info.value.core == [] and "domains alone" not in str(info.value)
+    y = m.int_var(0, 3, "y")
+    m.add(y == 0)  # feasible, but x % y is undefined in every solution: y == 0 is no core
+    with pytest.raises(Infeasible, match=r"objective x % y is undefined .* in every solution") as info:
+        m.maximize(x % y)
+    assert info.value.core == []
+    m.add(x >= 6, name="too big")
+    with pytest.raises(Infeasible, match="too big"):
+        m.maximize(x % y)

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from constrint import Model, TimeLimit
 from constrint import propagate as P
 from constrint.domain import divisors
 from constrint.store import Conflict, Store
+
+from constrint_timing import finishes_within
 
 
 def _store(domains):
@@ -72,3 +76,40 @@ def test_fixed_divisor_gives_congruence_on_huge_domain():
     a, b = t.new_var(1, 10**12), t.new_var(1000, 1000)
     P.Divides(b, a).propagate(t)
     assert (t.md[a], t.rs[a], t.lo[a]) == (1000, 0, 1000)
+
+
+def test_all_different_counts_the_values_left_pigeonhole():
+    s = _store([range(0, 11)] * 12)  # 12 variables, 11 values
+    with pytest.raises(Conflict):
+        P.AllDifferent(list(range(12))).propagate(s)
+    t = _store([[2], [1, 2, 3], [1, 3], [1, 3]])  # 2 is taken: three variables share the values 1 and 3
+    with pytest.raises(Conflict):
+        P.AllDifferent([0, 1, 2, 3]).propagate(t)
+    u = _store([[2], [1, 2, 3], [1, 3], [1, 3, 4]])
+    P.AllDifferent([0, 1, 2, 3]).propagate(u)
+    assert sorted(u.vs[1]) == [1, 3]
+
+
+def test_a_fixed_product_of_two_huge_primes_is_not_factored():
+    p, q = 100000000000000000039, 100000000000000000129  # primes: Pollard's rho would take hours
+    m = Model()
+    x, y = m.int_var(2, 10**45, "x"), m.int_var(2, 10**45, "y")
+    m.add(x * y == p * q)
+    with finishes_within(10), pytest.raises(TimeLimit):
+        m.solve(time_limit=0.5)
+    easy = Model()  # a huge product of small primes still restricts its factors to divisors
+    x, y = easy.int_var(1, 2**100, "x"), easy.int_var(1, 2**100, "y")
+    easy.add(x * y == 2**100)
+    assert easy.count(time_limit=5) == 101
+
+
+def test_propagation_that_shrinks_a_huge_domain_a_unit_at_a_time_keeps_the_time_limit():
+    m = Model()
+    x, y = m.int_var(0, 10**25, "x"), m.int_var(0, 10**25, "y")
+    m.add(x < y)
+    m.add(y < x)
+    with finishes_within(10):
+        for run in (lambda: m.solve(time_limit=0.3), lambda: m.count(time_limit=0.3),
+                    lambda: m.minimize(x, time_limit=0.3)):
+            with pytest.raises(TimeLimit, match="propagation stopped"):
+                run()

@@ -155,7 +155,7 @@ def test_python_or_of_ands_is_split_into_named_disjunctions():
 
 @pytest.mark.parametrize("text, line, column, fragment", [
     ("x == 1\ny = 3", 2, 1, "write '=='"),
-    ("x == 1\n   x + * 2 == 1", 2, 8, "invalid syntax"),
+    ("x == 1\n   x + * 2 == 1", 2, 8, "expected an expression after '+', found '*'"),
     ("x / 2 == 1", 1, 1, "'//'"),
     ("x ^ 2 == 4", 1, 1, "'**'"),
     ("x == 1.5", 1, 6, "not an integer"),
@@ -175,7 +175,7 @@ def test_python_or_of_ands_is_split_into_named_disjunctions():
     ("x == [1..3, 5]", 1, 6, "interval"),
     ("x @ y == 1", 1, 1, "'*'"),
     ("not all_different(x, y)", 1, 5, "'not'"),
-    ("é == 1\nx ==== 2", 2, 5, "invalid syntax"),
+    ("é == 1\nx ==== 2", 2, 5, "expected an expression after '==', found '=='"),
     ("x in [1..3, 5]", 1, 6, "interval"),
     ("x == 1..3", 1, 7, "interval"),
     ("x in [1..2..3]", 1, 6, "interval"),
@@ -187,6 +187,51 @@ def test_python_errors_name_line_and_column(text, line, column, fragment):
     assert (info.value.line, info.value.column) == (line, column)
     assert fragment in str(info.value)
     assert str(info.value).startswith(f"line {line}, column {column}:")
+
+
+@pytest.mark.parametrize("text, line, column, message", [
+    ("x + y == ", 1, 10, "expected an expression after '=='"),
+    ("x in [1..9]\n  y ==\nx >= 2", 2, 7, "expected an expression after '=='"),
+    ("x + * 2 == 3", 1, 5, "expected an expression after '+', found '*'"),
+    ("x in [1..10];; x>=2", 1, 14, "empty statement: expected a constraint before ';'"),
+    ("x + y == 3 3", 1, 12, "expected an operator between '3' and '3'"),
+])
+def test_python_syntax_errors_say_what_was_expected(text, line, column, message):
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    assert str(info.value) == f"line {line}, column {column}: {message}"
+
+
+def test_parse_expression_locates_errors_as_a_file_does():
+    m = parse("x in [1..9]")
+    for text, column in (("x +", 4), ("  x *", 6), ("x + * 2", 5)):
+        with pytest.raises(ParseError) as info:
+            parse_expression(text, m)
+        assert (info.value.line, info.value.column) == (1, column)
+        assert "expected an expression after" in info.value.message
+
+
+def test_sums_of_thousands_of_terms_parse():
+    n = 1000
+    m = parse("\n".join(f"x{i} in [0..1]" for i in range(n)) + "\n" + " + ".join(f"x{i}" for i in range(n)) + " == 1")
+    assert sum(m.solve().values()) == 1
+    n = 10_000
+    m = parse(" + ".join(f"X{i}" for i in range(n)) + " <= 10000;", "constrint")
+    assert m.solve() == {f"X{i}": 1 for i in range(n)}
+
+
+@pytest.mark.parametrize("expression", ["(" * 5000 + "x" + ")" * 5000, "-" * 5000 + "x",
+                                        " + ".join(["x"] * 10_000)])  # beyond what Python's parser takes
+def test_python_expressions_nested_too_deeply_are_parse_errors(expression):
+    with pytest.raises(ParseError, match="nests too deeply"):
+        parse(f"x in [1..3]\n{expression} == 1")
+    with pytest.raises(ParseError, match="nests too deeply"):
+        parse_expression(expression, parse("x in [1..3]"))
+
+
+def test_a_run_of_signs_is_one_negation_or_none():
+    m = parse("x in [1..3]\ny in [-3..3]\ny == " + "-" * 2001 + "x")
+    assert sorted(s["y"] for s in m.solutions()) == [-3, -2, -1]
 
 
 def test_unknown_dialect_lists_the_valid_ones():
@@ -334,8 +379,9 @@ def test_constrint_errors_name_line_and_column(text, line, column, fragment):
 def test_constrint_newlines_do_not_end_statements():
     with pytest.raises(ParseError) as info:
         parse("A == 1\nB == 2;", "constrint")
-    assert (info.value.line, info.value.column) == (2, 3)  # one statement 'A == 1 B == 2': two '=='
-    assert "one '=='" in str(info.value)
+    # one statement 'A == 1 B == 2', which fails: the error points at where the ';' is missing
+    assert (info.value.line, info.value.column) == (1, 7)
+    assert "missing ';' after '1' at the end of line 1" in str(info.value)
 
 
 def test_python_value_lists_are_sets_and_later_lists_are_membership():
@@ -350,3 +396,10 @@ def test_constrint_names_numbers_and_single_value_lists():
     assert domain_of(m, "TILE_2") == [16]
     assert m.count() == 4  # N2 in 1..4, BIG fixed
     assert m.solve(prefer=[("N2", "max")])["BIG"] == 2**30
+
+
+def test_constrint_missing_semicolon_between_statements_is_named():
+    with pytest.raises(ParseError) as info:
+        parse("X == [1, 2]\nY == [3]", "constrint")
+    assert str(info.value) == "line 1, column 12: missing ';' after ']' at the end of line 1: statements end with ';'"
+    assert parse("X == [\n1, 2\n];\nX <= 3\n+ 0;", "constrint").count() == 2  # a statement may span lines
