@@ -257,8 +257,11 @@ def _g_derivative(x: Tensor) -> Tensor:
 
 def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor,
                              h: Tensor) -> list[Tensor]:
-    """Gradients of the reference loop, in its dtype: the reverse scan g_t = dh_t + a_{t+1} g_{t+1} gives
-    da_t = g_t h_{t-1}, db_t = g_t and dh0 = a_1 g_1, then the chain rule through the cell's gates."""
+    """Gradients of the reference loop (computed in fp32 for bf16 / fp16 inputs, returned in the inputs' dtype): the
+    reverse scan g_t = dh_t + a_{t+1} g_{t+1} gives da_t = g_t h_{t-1}, db_t = g_t and dh0 = a_1 g_1, then the
+    chain rule through the cell's gates."""
+    dtype = inputs[0].dtype
+    *inputs, h0, dh, h = scan_reference.accumulating(*inputs, h0, dh, h)
     if cell == "linear":
         a = inputs[0]
     elif cell == "min_gru":
@@ -285,7 +288,7 @@ def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None,
                  db * is_ / total * _g_derivative(h_pre)]
     if h0 is not None:  # no steps: h does not depend on h0
         grads.append(a[:, 0] * g[:, 0] if a.shape[1] else torch.zeros_like(h0))
-    return [_contiguous(t) for t in grads]
+    return [_contiguous(t.to(dtype)) for t in grads]
 
 
 @torch.library.custom_op("flashrnn_kernels::scan_forward", mutates_args=(), device_types="cpu")

@@ -253,6 +253,10 @@ class FlashRNNBase(nn.Module):
                 raise ValueError(
                     f"{name} must have shape [num_layers * D, B, hidden_size] = {list(expected)}, got {shape}"
                 )
+            weight = self.layer_parameters(0)[0]
+            if tensor.dtype != weight.dtype or tensor.device != weight.device:
+                raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but the module's weights are "
+                                f"{weight.dtype} on {weight.device}; convert {name} to match")
         return torch.stack(tuple(states)).reshape(len(names), *expected[:2], self.num_heads, self.head_dim)
 
     def _direction(
@@ -282,11 +286,18 @@ class FlashRNNBase(nn.Module):
             layout = "[B, T, input_size]" if self.batch_first else "[T, B, input_size]"
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must be {layout} with input_size={self.input_size}, got shape {shape}")
+        weight = self.layer_parameters(0)[0]
+        if x.dtype != weight.dtype or x.device != weight.device:
+            raise TypeError(f"x is {x.dtype} on {x.device} but the module's weights are {weight.dtype} on "
+                            f"{weight.device}; convert the input (x.to({weight.dtype}, {str(weight.device)!r})) or "
+                            f"the module (.to(...))")
         if not self.batch_first:
             x = x.transpose(0, 1)
         B, T, _ = x.shape
         lengths = _check_lengths(lengths, B, T, enforce_sorted)
         initial = self._initial_states(states, B)
+        if B == 0 or T == 0:  # nothing to run: the last states are the initial ones
+            return self._empty_run(x, initial)
         finals = []
         for layer in range(self.num_layers):
             if layer > 0:
@@ -306,6 +317,16 @@ class FlashRNNBase(nn.Module):
             x = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
         output = x if self.batch_first else x.transpose(0, 1)
         last = torch.stack(finals, dim=1).reshape(self.cell.state_count, len(finals), B, self.hidden_size)
+        return output, (last[0] if self.cell.state_count == 1 else tuple(last.unbind(0)))
+
+    def _empty_run(self, x: Tensor, initial: Tensor | None) -> tuple[Tensor, States]:
+        """forward's result for a batch or a sequence of length 0 (x [B, T, I], batch first): an empty output, and the
+        initial states (zeros where none are given) as the last ones."""
+        B, T, _ = x.shape
+        output = x.new_zeros(B, T, self.directions * self.hidden_size)
+        output = output if self.batch_first else output.transpose(0, 1)
+        shape = (self.cell.state_count, self.num_layers * self.directions, B, self.hidden_size)
+        last = x.new_zeros(shape) if initial is None else initial.reshape(shape)
         return output, (last[0] if self.cell.state_count == 1 else tuple(last.unbind(0)))
 
     @classmethod

@@ -33,8 +33,9 @@ def _expect(name: str, tensor: Tensor, layout: str, expected: tuple[int, ...]) -
 def check_shapes(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor | None, cell: CellSpec) -> Shape:
     """Shapes consistent with Wx [B, T, G, NH, DH] and the cell's gate and state counts."""
     for name, tensor in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
-        if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if not isinstance(tensor, Tensor) and (tensor is not None or name != "states"):
+            optional = " (or None for zeros)" if name == "states" else ""
+            raise TypeError(f"{name} must be a torch.Tensor{optional}, got {type(tensor).__name__}")
     if Wx.dim() != 5:
         raise ValueError(
             f"Wx must be 5-D [B, T, G, NH, DH] (G={cell.gate_count} gates {cell.gates} for cell {cell.name!r}), "

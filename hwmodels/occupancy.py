@@ -82,6 +82,8 @@ def blocks_per_sm(gpu: GPUModel, threads_per_block: int, registers_per_thread: i
 
 
 def _check_request(gpu: GPUModel, threads: int, regs: int, smem: int) -> None:
+    if not isinstance(gpu, GPUModel):
+        raise TypeError(f"gpu must be a hwmodels.GPUModel (hwmodels.load(name) gives one), got {gpu!r}")
     for name, value in (("threads_per_block", threads), ("registers_per_thread", regs),
                         ("shared_bytes_per_block", smem)):
         if isinstance(value, bool) or not isinstance(value, int):

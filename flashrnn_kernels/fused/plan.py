@@ -165,6 +165,9 @@ def gpu_model(gpu: Any) -> Any:
                             f"'H100-SXM5-80GB' (known: {', '.join(hwmodels.available())})") from exc
     if isinstance(gpu, str):
         return hwmodels.load(gpu)
+    if not isinstance(gpu, hwmodels.GPUModel):
+        raise PlanError(f"gpu must be a hwmodels.GPUModel, a model name such as 'H100-SXM5-80GB' (hwmodels list), or "
+                        f"None for the current device; got {gpu!r}")
     return gpu
 
 

@@ -64,15 +64,22 @@ def min_lstm_scan(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
 def _project(x: torch.Tensor, weights: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         raise ValueError(f"x must be [B, T, D_in], got {tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
-    out = []
     for name, w in weights.items():
-        if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != x.shape[-1]:
+        if not isinstance(w, torch.Tensor) or w.dim() != 2:
             shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
-            raise ValueError(f"{name} must be [H, D_in] with D_in = {x.shape[-1]}, got {shape}")
-        if w.shape[0] != next(iter(weights.values())).shape[0]:
-            raise ValueError(f"{name} has {w.shape[0]} rows; all weights need the same hidden size H")
-        out.append(torch.matmul(x, w.t()).contiguous())
-    return out
+            raise ValueError(f"{name} must be a 2-D weight [H, D_in], got {shape}")
+    first_name, first = next(iter(weights.items()))
+    for name, w in weights.items():
+        if w.shape != first.shape:
+            raise ValueError(f"{name} is {tuple(w.shape)} but {first_name} is {tuple(first.shape)}; the weights share "
+                             "one [H, D_in]")
+        if w.dtype != x.dtype or w.device != x.device:
+            raise TypeError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}; use one dtype and "
+                            "device (convert x, or the weights / module with .to(...))")
+    if x.shape[-1] != first.shape[1]:
+        raise ValueError(f"x has {x.shape[-1]} features (shape {tuple(x.shape)}) but the weights take D_in = "
+                         f"{first.shape[1]}: x must be [B, T, {first.shape[1]}]")
+    return [torch.matmul(x, w.t()).contiguous() for w in weights.values()]
 
 
 def min_gru(x: torch.Tensor, W_z: torch.Tensor, W_h: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:

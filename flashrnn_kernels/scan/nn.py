@@ -9,26 +9,41 @@ from torch import nn
 from .api import min_gru, min_lstm
 
 
-def _weight(hidden_size: int, input_size: int) -> nn.Parameter:
+def _check_sizes(input_size: int, hidden_size: int) -> None:
+    for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _weight(hidden_size: int, input_size: int, factory: dict) -> nn.Parameter:
     bound = 1.0 / math.sqrt(input_size)
-    return nn.Parameter(torch.empty(hidden_size, input_size).uniform_(-bound, bound))
+    return nn.Parameter(torch.empty(hidden_size, input_size, **factory).uniform_(-bound, bound))
 
 
 def _check_step(x_t: torch.Tensor, h: torch.Tensor | None, hidden_size: int) -> None:
-    if x_t.dim() != 2:
-        raise ValueError(f"step takes x_t: [B, D_in], got shape {tuple(x_t.shape)}")
-    if h is not None and h.shape != (x_t.shape[0], hidden_size):
-        raise ValueError(f"step takes h: [B, H] = [{x_t.shape[0]}, {hidden_size}], got {tuple(h.shape)}")
+    if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2:
+        shape = tuple(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
+        raise ValueError(f"step takes x_t: [B, D_in], got {shape}")
+    if h is None:
+        return
+    if not isinstance(h, torch.Tensor) or h.shape != (x_t.shape[0], hidden_size):
+        shape = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+        raise ValueError(f"step takes h: [B, H] = [{x_t.shape[0]}, {hidden_size}], got {shape}")
+    if h.dtype != x_t.dtype or h.device != x_t.device:
+        raise TypeError(f"h is {h.dtype} on {h.device}; it must match x_t ({x_t.dtype} on {x_t.device})")
 
 
 class MinGRU(nn.Module):
     """minGRU: h_t = (1 - z_t) h_{t-1} + z_t g(W_h x_t), z_t = sigmoid(W_z x_t). Weights W_z, W_h: [H, D_in]."""
 
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None):
         super().__init__()
+        _check_sizes(input_size, hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
-        self.W_z = _weight(hidden_size, input_size)
-        self.W_h = _weight(hidden_size, input_size)
+        factory = {"device": device, "dtype": dtype}
+        self.W_z = _weight(hidden_size, input_size, factory)
+        self.W_h = _weight(hidden_size, input_size, factory)
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, D_in]; h0: [B, H] or None. Returns h: [B, T, H]."""
@@ -43,12 +58,15 @@ class MinGRU(nn.Module):
 class MinLSTM(nn.Module):
     """minLSTM: h_t = f'_t h_{t-1} + i'_t g(W_h x_t) with f', i' the normalised sigmoid gates of W_f x_t, W_i x_t."""
 
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None):
         super().__init__()
+        _check_sizes(input_size, hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
-        self.W_f = _weight(hidden_size, input_size)
-        self.W_i = _weight(hidden_size, input_size)
-        self.W_h = _weight(hidden_size, input_size)
+        factory = {"device": device, "dtype": dtype}
+        self.W_f = _weight(hidden_size, input_size, factory)
+        self.W_i = _weight(hidden_size, input_size, factory)
+        self.W_h = _weight(hidden_size, input_size, factory)
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, D_in]; h0: [B, H] or None. Returns h: [B, T, H]."""

@@ -31,23 +31,38 @@ def min_lstm_gates(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor) -> tup
     return fs / total, is_ / total * g(h_pre)
 
 
+def accumulating(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """The tensors in the dtype the loops compute in: fp32 for bf16 / fp16 (as the kernels accumulate; a half-precision
+    running state stops growing once its increments fall below half an ulp), else their own."""
+    return [t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t for t in tensors]
+
+
 def linear_scan_loop(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-    """h_t = a_t * h_{t-1} + b_t, one step at a time in the inputs' dtype (the oracle)."""
+    """h_t = a_t * h_{t-1} + b_t, one step at a time (the oracle): in fp32 for bf16 / fp16 inputs, each h_t returned
+    in the inputs' dtype."""
+    dtype = b.dtype
+    a, b, h0 = accumulating(a, b, h0)
     h = b.new_zeros(b.shape[0], b.shape[2]) if h0 is None else h0
     out = []
     for t in range(a.shape[1]):
         h = a[:, t] * h + b[:, t]
         out.append(h)
-    return torch.stack(out, dim=1) if out else torch.empty_like(b)
+    return (torch.stack(out, dim=1) if out else torch.empty_like(b)).to(dtype)
 
 
 def min_gru_loop(k: torch.Tensor, h_pre: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-    return linear_scan_loop(*min_gru_gates(k, h_pre), h0)
+    """minGRU by the step loop (gates and state in fp32 for bf16 / fp16 inputs; returned in the inputs' dtype)."""
+    dtype = k.dtype
+    k, h_pre, h0 = accumulating(k, h_pre, h0)
+    return linear_scan_loop(*min_gru_gates(k, h_pre), h0).to(dtype)
 
 
 def min_lstm_loop(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
                   h0: torch.Tensor | None = None) -> torch.Tensor:
-    return linear_scan_loop(*min_lstm_gates(f, i, h_pre), h0)
+    """minLSTM by the step loop (gates and state in fp32 for bf16 / fp16 inputs; returned in the inputs' dtype)."""
+    dtype = f.dtype
+    f, i, h_pre, h0 = accumulating(f, i, h_pre, h0)
+    return linear_scan_loop(*min_lstm_gates(f, i, h_pre), h0).to(dtype)
 
 
 def log_space_scan(log_a: torch.Tensor, log_b: torch.Tensor, log_h0: torch.Tensor | None = None) -> torch.Tensor:

@@ -56,6 +56,9 @@ def test_shape_errors_name_argument_and_layout(overrides, message):
 def test_type_errors():
     with pytest.raises(TypeError, match=r"R must be a torch.Tensor, got list"):
         _call(R=[[1.0]])
+    for name in ("Wx", "R", "b"):
+        with pytest.raises(TypeError, match=rf"{name} must be a torch.Tensor, got NoneType"):
+            _call(**{name: None})
     with pytest.raises(TypeError, match=r"b has dtype torch.float64 but Wx has torch.float32.*pass dtype="):
         _call(b=torch.zeros(4, NH, DH, dtype=torch.float64))
     with pytest.raises(TypeError, match=r"backend 'reference' supports dtypes .*torch.float64.*got torch.int32"):

@@ -116,6 +116,28 @@ def test_forward_argument_checks():
         model(torch.zeros(2, 5, 3), (torch.zeros(2, 4), torch.zeros(1, 2, 4)))
     with pytest.raises(ValueError, match=r"states must be a tuple \(h_0, c_0\)"):
         model(torch.zeros(2, 5, 3), torch.zeros(1, 2, 4))
+    with pytest.raises(TypeError, match=r"x is torch.float64 .* convert the input"):
+        model(torch.zeros(2, 5, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="h_0 is torch.float64"):
+        model(torch.zeros(2, 5, 3), (torch.zeros(1, 2, 4, dtype=torch.float64), torch.zeros(1, 2, 4)))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_empty_batch_or_sequence(batch_first):
+    """No batch rows or no steps: an empty output, and the initial states (zeros by default) as the last states,
+    differentiable with respect to the given ones."""
+    model = FlashLSTM(3, 4, num_heads=2, num_layers=2, bidirectional=True, batch_first=batch_first,
+                      backend="reference")
+    for B, T in ((0, 5), (2, 0)):
+        x = torch.zeros((B, T, 3) if batch_first else (T, B, 3))
+        out, (h, c) = model(x)
+        assert out.shape == ((B, T, 8) if batch_first else (T, B, 8))
+        assert h.shape == c.shape == (4, B, 4) and not h.any() and not c.any()
+    h0, c0 = torch.randn(4, 2, 4, requires_grad=True), torch.randn(4, 2, 4)
+    _, (h, c) = model(torch.zeros((2, 0, 3) if batch_first else (0, 2, 3)), (h0, c0))
+    assert torch.equal(h, h0) and torch.equal(c, c0)
+    (grad,) = torch.autograd.grad(h.sum(), h0)
+    assert torch.equal(grad, torch.ones_like(h0))
 
 
 def _relative_error(value: torch.Tensor, expected: torch.Tensor) -> float:

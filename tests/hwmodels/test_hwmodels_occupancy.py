@@ -126,3 +126,8 @@ def test_blocks_never_exceed_any_limit():
                 assert occ.blocks_per_sm * occ.regs_per_block <= gpu.regs_per_sm
                 assert occ.blocks_per_sm * occ.smem_per_block <= gpu.smem_per_sm
                 assert occ.active_warps == occ.blocks_per_sm * warps
+
+
+def test_a_model_name_is_not_a_model():
+    with pytest.raises(TypeError, match=r"hwmodels.load\(name\) gives one"):
+        hwmodels.blocks_per_sm("H100-SXM5-80GB", 256, 32)

@@ -183,6 +183,8 @@ def test_dtype_spellings_and_bad_arguments():
         plan("lstm", 4, 2, 32, "bf16", gpu="H200", direction="sideways")
     with pytest.raises(ValueError, match="known cells"):
         plan("lsmt", 4, 2, 32, "bf16", gpu="H200")
+    with pytest.raises(ValueError, match=r"gpu must be a hwmodels.GPUModel, a model name .* got 0"):
+        plan("lstm", 4, 2, 32, "bf16", gpu=0)
     assert set(HEAD_DIMS) == {16, 32, 64, 128, 256, 512, 768, 1024}
 
 

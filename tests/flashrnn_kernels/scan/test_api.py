@@ -51,8 +51,12 @@ def test_bad_inputs_name_the_problem():
         linear_scan(a, b, torch.zeros(4))
     with pytest.raises(TypeError, match="h0 is torch.float64"):
         linear_scan(a, b, torch.zeros(2, 4, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"W_h must be \[H, D_in\]"):
+    with pytest.raises(ValueError, match=r"W_h is \(4, 2\) but W_z is \(4, 3\)"):
         min_gru(torch.randn(2, 5, 3), torch.randn(4, 3), torch.randn(4, 2))
+    with pytest.raises(ValueError, match=r"x has 6 features .* x must be \[B, T, 3\]"):
+        min_gru(torch.randn(2, 5, 6), torch.randn(4, 3), torch.randn(4, 3))
+    with pytest.raises(TypeError, match="W_z is torch.float32 .* but x is torch.float64"):
+        min_gru(torch.randn(2, 5, 3, dtype=torch.float64), torch.randn(4, 3), torch.randn(4, 3))
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="one device"):
             linear_scan(a, b.cuda())
@@ -73,3 +77,14 @@ def test_empty_extents(shape, with_h0):
         assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in leaves]
         if with_h0 and shape[1] == 0:
             assert torch.equal(grads[-1], torch.zeros_like(h0))
+
+
+@pytest.mark.parametrize("module_type", [MinGRU, MinLSTM])
+def test_modules_check_their_sizes_and_steps(module_type):
+    for sizes in ((0, 3), (-1, 3), (5, 0), (5.0, 3), (True, 3)):
+        with pytest.raises(ValueError, match="must be a positive int"):
+            module_type(*sizes)
+    module = module_type(5, 3, dtype=torch.float64)
+    assert all(p.dtype == torch.float64 for p in module.parameters())
+    with pytest.raises(TypeError, match="h is torch.float32"):
+        module.step(torch.randn(2, 5, dtype=torch.float64), torch.zeros(2, 3))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashrnn_kernels.scan import linear_scan
 from flashrnn_kernels.scan import reference as ref
 from tests.tolerances import relative_error
 
@@ -75,3 +76,24 @@ def test_long_sequences_with_extreme_decays_stay_finite(k_scale):
         assert (loop[:, -1] > 0.5 * h0).all()
     else:  # each state is the current candidate
         assert relative_error(loop, ref.g(hp)) < 1e-9
+
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_loops_accumulate_in_fp32(dtype):
+    """A running sum of 4,096 steps of about 0.01 in a bf16 state would stall at 4 (its increments fall below half an
+    ulp); the loops and the CPU op's gradients keep the state in fp32, as the kernels do, and round what they return."""
+    a, b = torch.ones(2, 4096, 3), torch.full((2, 4096, 3), 0.01) + 0.001 * torch.rand(2, 4096, 3)
+    k, h_pre = torch.randn(2, 4096, 3), torch.randn(2, 4096, 3)
+    for loop, inputs in ((ref.linear_scan_loop, (a, b)), (ref.min_gru_loop, (k, h_pre))):
+        rounded = [t.to(dtype) for t in inputs]
+        low = loop(*rounded)
+        assert low.dtype == dtype
+        assert relative_error(low.double(), loop(*(t.double() for t in rounded))) < 1e-2
+    leaves = [t.to(dtype).requires_grad_() for t in (a, b)]
+    dy = torch.randn(2, 4096, 3).to(dtype)
+    grads = torch.autograd.grad(linear_scan(*leaves), leaves, dy)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    expected = torch.autograd.grad(ref.linear_scan_loop(*exact), exact, dy.double())
+    for got, want in zip(grads, expected):
+        assert got.dtype == dtype and relative_error(got.double(), want) < 1e-2
