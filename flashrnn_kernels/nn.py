@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .cells import CellSpec, get_cell
 from .dispatch import BACKENDS, flashrnn
+from .validation import check_positive_ints
 
 States = Tensor | tuple[Tensor, ...]
 """h_n alone for one-state cells (GRU, Elman), else a tuple in the cell's state order, each [L * D, B, H]."""
@@ -153,10 +154,8 @@ class FlashRNNBase(nn.Module):
         dropout: float = 0.0,
     ):
         super().__init__()
-        sizes = {"input_size": input_size, "hidden_size": hidden_size, "num_heads": num_heads, "num_layers": num_layers}
-        for name, value in sizes.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints(input_size=input_size, hidden_size=hidden_size, num_heads=num_heads,
+                            num_layers=num_layers)
         if hidden_size % num_heads:
             raise ValueError(
                 f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}; "
@@ -253,11 +252,15 @@ class FlashRNNBase(nn.Module):
                 raise ValueError(
                     f"{name} must have shape [num_layers * D, B, hidden_size] = {list(expected)}, got {shape}"
                 )
-            weight = self.layer_parameters(0)[0]
-            if tensor.dtype != weight.dtype or tensor.device != weight.device:
-                raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but the module's weights are "
-                                f"{weight.dtype} on {weight.device}; convert {name} to match")
+            self._check_like_weights(name, tensor, f"convert {name} to match")
         return torch.stack(tuple(states)).reshape(len(names), *expected[:2], self.num_heads, self.head_dim)
+
+    def _check_like_weights(self, name: str, tensor: Tensor, advice: str) -> None:
+        """A TypeError, ending in `advice`, unless `tensor` has the dtype and device of the module's weights."""
+        weight = self.layer_parameters(0)[0]
+        if tensor.dtype != weight.dtype or tensor.device != weight.device:
+            raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but the module's weights are {weight.dtype} "
+                            f"on {weight.device}; {advice}")
 
     def _direction(
         self, x: Tensor, params: tuple[Tensor, Tensor, Tensor | None], states: Tensor | None, lengths: list[int] | None
@@ -286,11 +289,7 @@ class FlashRNNBase(nn.Module):
             layout = "[B, T, input_size]" if self.batch_first else "[T, B, input_size]"
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must be {layout} with input_size={self.input_size}, got shape {shape}")
-        weight = self.layer_parameters(0)[0]
-        if x.dtype != weight.dtype or x.device != weight.device:
-            raise TypeError(f"x is {x.dtype} on {x.device} but the module's weights are {weight.dtype} on "
-                            f"{weight.device}; convert the input (x.to({weight.dtype}, {str(weight.device)!r})) or "
-                            f"the module (.to(...))")
+        self._check_like_weights("x", x, "convert the input (x.to(dtype, device)) or the module (.to(...))")
         if not self.batch_first:
             x = x.transpose(0, 1)
         B, T, _ = x.shape

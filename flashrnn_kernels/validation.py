@@ -25,6 +25,13 @@ class Shape:
     state_count: int  # S
 
 
+def check_positive_ints(**sizes: object) -> None:
+    """Every keyword a positive int (bools refused), else a ValueError naming it."""
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 def _expect(name: str, tensor: Tensor, layout: str, expected: tuple[int, ...]) -> None:
     if tuple(tensor.shape) != expected:
         raise ValueError(f"{name} must have shape {layout} = {list(expected)}, got {list(tensor.shape)}")
@@ -32,10 +39,11 @@ def _expect(name: str, tensor: Tensor, layout: str, expected: tuple[int, ...]) -
 
 def check_shapes(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor | None, cell: CellSpec) -> Shape:
     """Shapes consistent with Wx [B, T, G, NH, DH] and the cell's gate and state counts."""
-    for name, tensor in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
-        if not isinstance(tensor, Tensor) and (tensor is not None or name != "states"):
-            optional = " (or None for zeros)" if name == "states" else ""
-            raise TypeError(f"{name} must be a torch.Tensor{optional}, got {type(tensor).__name__}")
+    if states is not None and not isinstance(states, Tensor):
+        raise TypeError(f"states must be a torch.Tensor (or None for zeros), got {type(states).__name__}")
+    for name, tensor in (("Wx", Wx), ("R", R), ("b", b)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if Wx.dim() != 5:
         raise ValueError(
             f"Wx must be 5-D [B, T, G, NH, DH] (G={cell.gate_count} gates {cell.gates} for cell {cell.name!r}), "

@@ -64,12 +64,11 @@ def min_lstm_scan(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
 def _project(x: torch.Tensor, weights: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         raise ValueError(f"x must be [B, T, D_in], got {tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
-    for name, w in weights.items():
+    first_name, first = next(iter(weights.items()))
+    for name, w in weights.items():  # the first weight is checked first, before any comparison with it
         if not isinstance(w, torch.Tensor) or w.dim() != 2:
             shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
             raise ValueError(f"{name} must be a 2-D weight [H, D_in], got {shape}")
-    first_name, first = next(iter(weights.items()))
-    for name, w in weights.items():
         if w.shape != first.shape:
             raise ValueError(f"{name} is {tuple(w.shape)} but {first_name} is {tuple(first.shape)}; the weights share "
                              "one [H, D_in]")

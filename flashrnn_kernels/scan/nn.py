@@ -6,13 +6,8 @@ import math
 import torch
 from torch import nn
 
+from ..validation import check_positive_ints
 from .api import min_gru, min_lstm
-
-
-def _check_sizes(input_size: int, hidden_size: int) -> None:
-    for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _weight(hidden_size: int, input_size: int, factory: dict) -> nn.Parameter:
@@ -39,7 +34,7 @@ class MinGRU(nn.Module):
     def __init__(self, input_size: int, hidden_size: int, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None):
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        check_positive_ints(input_size=input_size, hidden_size=hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         factory = {"device": device, "dtype": dtype}
         self.W_z = _weight(hidden_size, input_size, factory)
@@ -61,7 +56,7 @@ class MinLSTM(nn.Module):
     def __init__(self, input_size: int, hidden_size: int, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None):
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        check_positive_ints(input_size=input_size, hidden_size=hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         factory = {"device": device, "dtype": dtype}
         self.W_f = _weight(hidden_size, input_size, factory)

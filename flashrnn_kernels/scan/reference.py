@@ -52,17 +52,13 @@ def linear_scan_loop(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None =
 
 def min_gru_loop(k: torch.Tensor, h_pre: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
     """minGRU by the step loop (gates and state in fp32 for bf16 / fp16 inputs; returned in the inputs' dtype)."""
-    dtype = k.dtype
-    k, h_pre, h0 = accumulating(k, h_pre, h0)
-    return linear_scan_loop(*min_gru_gates(k, h_pre), h0).to(dtype)
+    return linear_scan_loop(*min_gru_gates(*accumulating(k, h_pre)), h0).to(k.dtype)
 
 
 def min_lstm_loop(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
                   h0: torch.Tensor | None = None) -> torch.Tensor:
     """minLSTM by the step loop (gates and state in fp32 for bf16 / fp16 inputs; returned in the inputs' dtype)."""
-    dtype = f.dtype
-    f, i, h_pre, h0 = accumulating(f, i, h_pre, h0)
-    return linear_scan_loop(*min_lstm_gates(f, i, h_pre), h0).to(dtype)
+    return linear_scan_loop(*min_lstm_gates(*accumulating(f, i, h_pre)), h0).to(f.dtype)
 
 
 def log_space_scan(log_a: torch.Tensor, log_b: torch.Tensor, log_h0: torch.Tensor | None = None) -> torch.Tensor:
