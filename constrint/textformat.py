@@ -178,7 +178,9 @@ _PY_HINTS = {
 }
 _DOTS_HINT = "'..' only forms an interval, as in 'x in [lo..hi]' with one lo and one hi"
 _DOTS = re.compile(r"(?<!\.)\.\.(?!\.)")  # `[lo..hi]` is read as `[lo ,hi]` (same length: columns hold)
-_TOO_DEEP = "the expression nests too deeply (or is too long) for the python dialect's parser; split it up"
+_TOO_DEEP = ("the expression nests too deeply (or is too long: Python's parser takes sums of up to about 2,900 terms) "
+             "for the python dialect; split it up, or write it in the constrint dialect, which reads sums of any "
+             "length")
 _INFIX = ("+", "-", "*", "//", "%", "**", "==", "!=", "<=", "<", ">=", ">", "and", "or", "in")
 _NO_START = _INFIX[2:] + (";", ")", "]", ",")  # what cannot begin an expression ('+' and '-' can: unary)
 

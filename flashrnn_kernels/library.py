@@ -91,6 +91,27 @@ def _reference_backward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, d_h: T
     return tuple(_contiguous(g.to(out_dtype)) for g in grads)
 
 
+HIGHER_ORDER = {"flashrnn": "flashrnn_kernels.fused.reference.flashrnn_reference",
+                "linear_scan / min_gru / min_lstm": "the loops of flashrnn_kernels.scan.reference"}
+"""What gives gradients of gradients where the ops do not: the pure-PyTorch references."""
+
+
+def first_order_message(ops: str) -> str:
+    return (f"gradients of the gradients of {ops} (a backward through a create_graph=True backward) are not "
+            f"implemented: the backward ops are first order; for higher orders use {HIGHER_ORDER[ops]}")
+
+
+def _first_order_only(ops: str):
+    """The autograd of a backward op: raises once a second backward reaches it. Grad mode is on inside a backward
+    only with create_graph=True; the eager autograd.Functions then call the backward through its op, so that the
+    gradients they return carry this node instead of silently having no derivative."""
+
+    def backward(ctx, *grads):
+        raise RuntimeError(first_order_message(ops))
+
+    return backward
+
+
 # ---- flashrnn: the recurrent cells -------------------------------------------------------------------------
 
 CUDA_BACKENDS = ("fused", "alternating")
@@ -204,6 +225,7 @@ def _flashrnn_autograd_backward(ctx, d_h: Tensor | None, d_last: Tensor | None, 
 
 
 flashrnn_forward.register_autograd(_flashrnn_autograd_backward, setup_context=_flashrnn_setup_context)
+flashrnn_backward.register_autograd(_first_order_only("flashrnn"))
 
 
 class _EagerFlashRNN(torch.autograd.Function):
@@ -224,7 +246,8 @@ class _EagerFlashRNN(torch.autograd.Function):
     def backward(ctx, d_h: Tensor | None, d_last: Tensor | None):
         R, b, states, h, gates_save, states_save = ctx.saved_tensors
         d_h, d_last = _upstream(h, states, d_h, d_last)
-        grads = _flashrnn_backward_cuda(None, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell)
+        backward = flashrnn_backward if torch.is_grad_enabled() else _flashrnn_backward_cuda  # see _first_order_only
+        grads = backward(None, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell)
         return None, None, *grads
 
 
@@ -344,6 +367,7 @@ def _scan_autograd_backward(ctx, dh: Tensor):
 
 
 scan_forward.register_autograd(_scan_autograd_backward, setup_context=_scan_setup_context)
+scan_backward.register_autograd(_first_order_only("linear_scan / min_gru / min_lstm"))
 
 
 class _EagerScan(torch.autograd.Function):
@@ -360,7 +384,8 @@ class _EagerScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh: Tensor):
         h, h0, *tensors = ctx.saved_tensors
-        grads = _scan_backward_cuda(ctx.cell, tensors, h0, dh, h)
+        backward = scan_backward if torch.is_grad_enabled() else _scan_backward_cuda  # see _first_order_only
+        grads = backward(ctx.cell, tensors, h0, dh, h)
         return None, grads[ctx.count] if h0 is not None else None, *grads[: ctx.count]
 
 

@@ -39,6 +39,10 @@ class AlternatingRNNFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, d_h: Tensor, d_last: Tensor) -> tuple[Tensor | None, ...]:
+        if torch.is_grad_enabled():  # create_graph=True: its gradients would silently have no derivative
+            from ..library import first_order_message
+
+            raise RuntimeError(first_order_message("flashrnn"))
         runner: Runner = ctx.runner
         if runner.generation != ctx.lease.generation:
             raise RuntimeError(
