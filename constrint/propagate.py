@@ -16,6 +16,7 @@ from .store import Conflict, Store
 
 LE, EQ, NE = "<=", "==", "!="
 CLOCK_EVERY = 1024  # propagator runs between looks at the clock (bounds may shrink one unit per run)
+KEEP_SUMS_FROM = 16  # terms of a sum whose bounds Linear keeps between runs
 RHO_STEPS = 1 << 16  # factoring effort per factor: a fixed product or multiple too hard to factor restricts nothing
 
 
@@ -44,58 +45,119 @@ def fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
 
 
 class Linear:
-    """sum(coef * var) + const  (<= | == | !=)  0."""
+    """sum(coef * var) + const  (<= | == | !=)  0.
 
-    __slots__ = ("terms", "const", "kind", "vars")
+    The bound sums are kept between runs: while the store's trail still holds the entries it had at the last run,
+    only the changes recorded since then are applied (a run costs the changes, not the terms, when a search fixes
+    one variable of a long sum per node). The narrowing pass is skipped when no term's range can exceed the slack.
+    """
+
+    __slots__ = ("terms", "const", "kind", "vars", "coef", "kept")
 
     def __init__(self, terms: list[tuple[int, int]], const: int, kind: str) -> None:
         self.terms = tuple((a, x) for a, x in terms if a)
         self.const = const
         self.kind = kind
         self.vars = tuple(x for _, x in self.terms)
+        long = len(self.terms) >= KEEP_SUMS_FROM and kind != NE  # flatten merges repeated variables:
+        self.coef = {x: a for a, x in self.terms} if long else None
+        self.kept: tuple | None = None  # (store, trail length, last trail entry, smin, smax, span, free)
+
+    def _replay(self, s: Store) -> tuple[int, int, int, int] | None:
+        """(smin, smax, span, free) now, from the values kept at the last run and the trail entries since: the
+        first entry of a variable holds its bounds of then. None when the trail no longer leads from there."""
+        c, trail = self.kept, s.trail
+        if c is None or c[0] is not s:
+            return None
+        pos, n = c[1], len(trail)
+        if pos > n or (pos and trail[pos - 1] is not c[2]) or n - pos > len(self.terms):
+            return None
+        smin, smax, span, free = c[3:]
+        lo, hi, coef, seen = s.lo, s.hi, self.coef, set()
+        for k in range(pos, n):
+            x, old_lo, old_hi = trail[k][:3]
+            if x in coef and x not in seen:  # type: ignore[operator]
+                seen.add(x)
+                a, new_lo, new_hi = coef[x], lo[x], hi[x]  # type: ignore[index]
+                if a > 0:
+                    smin += a * (new_lo - old_lo)
+                    smax += a * (new_hi - old_hi)
+                else:
+                    smin += a * (new_hi - old_hi)
+                    smax += a * (new_lo - old_lo)
+                free -= old_lo != old_hi and new_lo == new_hi
+        return smin, smax, span, free
 
     def propagate(self, s: Store) -> None:
         lo, hi = s.lo, s.hi
-        kind = self.kind
-        if kind == NE:
-            rest, free = self.const, None
+        if self.kind == NE:
+            rest, free_term = self.const, None
             for a, x in self.terms:
                 if lo[x] == hi[x]:
                     rest += a * lo[x]
-                elif free is None:
-                    free = (a, x)
+                elif free_term is None:
+                    free_term = (a, x)
                 else:
                     return
-            if free is None:
+            if free_term is None:
                 if rest == 0:
                     raise Conflict
-            elif rest % free[0] == 0:
-                s.remove(free[1], -rest // free[0])
+            elif rest % free_term[0] == 0:
+                s.remove(free_term[1], -rest // free_term[0])
             return
-        smin = smax = self.const
-        for a, x in self.terms:
-            if a > 0:
-                smin += a * lo[x]
-                smax += a * hi[x]
-            else:
-                smin += a * hi[x]
-                smax += a * lo[x]
+        if self.coef is None:  # a short sum: summed afresh, every term narrowed
+            smin = smax = self.const
+            for a, x in self.terms:
+                if a > 0:
+                    smin += a * lo[x]
+                    smax += a * hi[x]
+                else:
+                    smin += a * hi[x]
+                    smax += a * lo[x]
+            span = -1
+        else:
+            smin, smax, span, free = self._replay(s) or self._sums(s)
         if smin > 0:
             raise Conflict
         slack = -smin
-        if kind == LE:
-            for a, x in self.terms:
-                if a > 0:
-                    b = lo[x] + slack // a
-                    if b < hi[x]:
-                        s.set_hi(x, b)
-                else:
-                    b = hi[x] - slack // -a
-                    if b > lo[x]:
-                        s.set_lo(x, b)
-            return
-        if smax < 0:
+        eq = self.kind == EQ
+        if eq and smax < 0:
             raise Conflict
+        if span < 0 or span > slack or (eq and span > smax):  # a term may narrow: one pass over all of them
+            free = self._narrow(s, slack, smax if eq else None)
+            if self.coef is not None:
+                smin, smax, span, free = self._sums(s)
+        if self.coef is not None:
+            trail = s.trail
+            self.kept = (s, len(trail), trail[-1] if trail else None, smin, smax, span, free)
+        if eq and free == 2:
+            self._congruences(s)
+
+    def _sums(self, s: Store) -> tuple[int, int, int, int]:
+        """(smin, smax, span, free): the sum's bounds, the largest |a| * (hi - lo) of a term, the unfixed terms."""
+        lo, hi = s.lo, s.hi
+        smin = smax = self.const
+        span = free = 0
+        for a, x in self.terms:
+            l, h = lo[x], hi[x]
+            if a > 0:
+                smin += a * l
+                smax += a * h
+                r = a * (h - l)
+            else:
+                smin += a * h
+                smax += a * l
+                r = -a * (h - l)
+            if r:
+                free += 1
+                if r > span:
+                    span = r
+        return smin, smax, span, free
+
+    def _narrow(self, s: Store, slack: int, excess: int | None) -> int:
+        """Bound each term by the slack (and, for ==, by the excess of the largest sum over 0); returns the number
+        of terms that were unfixed."""
+        lo, hi = s.lo, s.hi
         free = 0
         for a, x in self.terms:
             l, h = lo[x], hi[x]
@@ -105,15 +167,14 @@ class Linear:
             if a > 0:
                 if l + slack // a < h:
                     s.set_hi(x, l + slack // a)
-                if h - smax // a > l:
-                    s.set_lo(x, h - smax // a)
+                if excess is not None and h - excess // a > l:
+                    s.set_lo(x, h - excess // a)
             else:
                 if h - slack // -a > l:
                     s.set_lo(x, h - slack // -a)
-                if l + smax // -a < h:
-                    s.set_hi(x, l + smax // -a)
-        if free == 2:
-            self._congruences(s)
+                if excess is not None and l + excess // -a < h:
+                    s.set_hi(x, l + excess // -a)
+        return free
 
     def _congruences(self, s: Store) -> None:
         """For a*x + (others) + c == 0: a*x = -(c + others) modulo the gcd of the others' steps."""

@@ -217,14 +217,15 @@ class Search:
         """All solutions below this node when its unfixed user variables span few enough combinations."""
         s = self.store
         lo, hi = s.lo, s.hi
-        free = [i for i, _ in self.prefer if lo[i] != hi[i]] + [i for i in self.others if lo[i] != hi[i]]
+        free, rows = [], 1
+        for i in chain([i for i, _ in self.prefer], self.others):
+            if lo[i] != hi[i]:
+                free.append(i)
+                rows *= s.size(i)
+                if rows > self.block_rows:
+                    return None
         if not free:
             return None
-        rows = 1
-        for i in free:
-            rows *= s.size(i)
-            if rows > self.block_rows:
-                return None
         if not self.fit_everywhere and not self._fits():
             return None
         values: list = lo[: self.n_user]
