@@ -38,10 +38,17 @@ class Undefined(ArithmeticError):
     """An expression has no value under an assignment (division or modulo by zero)."""
 
 
+MAX_DEPTH = 250
+"""How deeply operations may nest in one expression: solving and printing recurse once per level (a sum of any
+length is walked without recursion: one level for the sum, one more for a term that is itself nested)."""
+
+
 class Expr:
-    """Base of every integer expression; Python operators build new nodes."""
+    """Base of every integer expression; Python operators build new nodes. `depth`: the nesting of operations, a
+    chain of + and - counting once (at most MAX_DEPTH)."""
 
     __slots__ = ()
+    depth = 0
 
     def __add__(self, other: Operand) -> Expr:
         return BinOp("+", self, other)
@@ -139,11 +146,13 @@ class IntVar(Expr):
 
 
 class BinOp(Expr):
-    __slots__ = ("op", "a", "b")
+    __slots__ = ("op", "a", "b", "depth")
 
     def __init__(self, op: str, a: Operand, b: Operand) -> None:
         self.a = operand(a, f"left operand of {op!r}")
         self.b = operand(b, f"right operand of {op!r}")
+        da, db = _depth(self.a), _depth(self.b)
+        self.depth = _checked_depth(max(da, db + 1) if op in ("+", "-") else max(da, db) + 1)
         if op == "**":
             if not isinstance(self.b, int):
                 raise ConstrintError(
@@ -154,10 +163,24 @@ class BinOp(Expr):
 
 
 class Neg(Expr):
-    __slots__ = ("a",)
+    __slots__ = ("a", "depth")
 
     def __init__(self, a: Expr) -> None:
         self.a = a
+        self.depth = _checked_depth(a.depth + 1)
+
+
+def _depth(e: Operand) -> int:
+    return e.depth if isinstance(e, Expr) else 0
+
+
+def _checked_depth(depth: int) -> int:
+    if depth > MAX_DEPTH:
+        raise ConstrintError(
+            f"the expression nests operations more than {MAX_DEPTH} levels deep (a sum of any length counts as one "
+            f"level); name a part with a variable (t = m.int_var(lo, hi, 't'); m.add(t == part)) and use t in its "
+            f"place")
+    return depth
 
 
 def operand(value: object, what: str) -> Operand:

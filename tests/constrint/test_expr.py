@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constrint import ConstrintError, Model
-from constrint.expr import Undefined, evaluate, interval, iroot
+from constrint.expr import MAX_DEPTH, Undefined, evaluate, interval, iroot
 
 from constrint_strategies import expressions, value_or_none
 from constrint_timing import finishes_within
@@ -104,3 +104,30 @@ def test_long_sums_print_evaluate_and_bound_without_recursion():
     assert str((xs[0] - xs[1]) * (xs[2] + xs[3] - xs[4])) == "(x0 - x1) * (x2 + x3 - x4)"
     assert evaluate(total, {x.name: 1 for x in xs}) == 10_001
     assert interval(total, [0] * 10_000, [1] * 10_000) == (1, 10_002)  # x0 counted apart from - x0
+
+
+def _nested(x, y, levels: int):
+    e = x
+    for k in range(levels):
+        e = (e * y, e // 1, e % 7, -e)[k % 4]
+    return e
+
+
+def test_deep_nesting_is_a_clear_error_and_the_deepest_allowed_solves_far_down_the_stack():
+    m = Model()
+    x, y = m.int_var(0, 2, "x"), m.int_var(1, 1, "y")
+    with pytest.raises(ConstrintError, match=f"more than {MAX_DEPTH} levels deep.*name a part with a variable"):
+        _nested(x, y, MAX_DEPTH + 1)
+    with pytest.raises(ConstrintError, match="levels deep"):
+        y - _nested(x, y, MAX_DEPTH)  # a term of a sum is one level further down
+
+    def deep_call(frames: int) -> tuple:  # solving and printing need no more than the default recursion limit
+        if frames:
+            return deep_call(frames - 1)
+        e = _nested(x, y, MAX_DEPTH)
+        values = [evaluate(e, {"x": v, "y": 1}) for v in range(3)]
+        m.add(m.any_of([e == values[2], e == 10**6]))
+        return str(e), m.count(), values
+
+    text, count, values = deep_call(300)
+    assert text.count("//") == len(range(1, MAX_DEPTH, 4)) and count == values.count(values[2])
