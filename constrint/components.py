@@ -6,12 +6,12 @@ avoids re-solving one part for every choice made in another (and a part without 
 """
 from __future__ import annotations
 
-import time
 from typing import Iterator, Sequence
 
 from .check import predicates, verifier
 from .errors import SolverBug
 from .constraints import Constraint
+from .propagate import deadline_after, seconds_left
 from .search import Search, root_fixpoint
 from .store import Store
 
@@ -86,7 +86,7 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
                 domains: Sequence[tuple[int, int, frozenset | None]], order: list[tuple[int, str]],
                 time_limit: float | None, block_rows: int) -> Iterator[tuple[int, ...]]:
     """Every solution (values of the user variables), verified; preferred order within each component."""
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    deadline = deadline_after(time_limit)
     if not root_fixpoint(store, props, deadline):
         return
     fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
@@ -104,7 +104,7 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
         inside = set(group)
         local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
         searches.append(Search(store.copy() if len(groups) > 1 else store, props, n_user, order,
-                               time_limit=_left(deadline), constraints=local, block_rows=block_rows,
+                               time_limit=seconds_left(deadline), constraints=local, block_rows=block_rows,
                                verify=_local_verifier(local, checks, domains, compiled, len(groups)),
                                domains=domains, component=group))
     if len(searches) == 1:
@@ -125,7 +125,7 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
                 domains: Sequence[tuple[int, int, frozenset | None]], time_limit: float | None,
                 block_rows: int) -> int:
     """The number of solutions: the product of the components' counts."""
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    deadline = deadline_after(time_limit)
     if not root_fixpoint(store, props, deadline):
         return 0
     fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
@@ -143,17 +143,12 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
                 total *= store.size(i)
             continue
         verify = _local_verifier(local, checks, domains, compiled, len(groups))
-        search = Search(store.copy(), props, n_user, [], time_limit=_left(deadline), constraints=local,
+        search = Search(store.copy(), props, n_user, [], time_limit=seconds_left(deadline), constraints=local,
                         block_rows=block_rows, verify=verify, domains=domains, component=group)
         total *= search.count(root=False)
         if not total:
             return 0
     return total
-
-
-def _left(deadline: float | None) -> float | None:
-    """Seconds left until `deadline` (None: no limit)."""
-    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
 
 
 def _local_verifier(local: Sequence[Constraint], checks: dict, domains, compiled: bool, n_groups: int):

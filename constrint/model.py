@@ -14,6 +14,7 @@ from .errors import ConstrintError, Infeasible, TimeLimit, UnknownVariable
 from .explain import minimal_core
 from .expr import Expr, IntVar, Operand, evaluate, has_division, operand, variables
 from .flatten import Flattener
+from .propagate import seconds_left
 from .search import MAX, MIN, Search, root_fixpoint
 
 CORE_CHECK_SECONDS = 0.5
@@ -317,4 +318,5 @@ def _check_time_limit(time_limit: object) -> float | None:
 
 
 def _remaining(start: float, time_limit: float | None) -> float | None:
-    return None if time_limit is None else max(time_limit - (time.perf_counter() - start), 0.0)
+    """Seconds left of `time_limit` counted from `start` (a time.perf_counter() reading; None: no limit)."""
+    return seconds_left(None if time_limit is None else start + time_limit)

@@ -20,6 +20,16 @@ KEEP_SUMS_FROM = 16  # terms of a sum whose bounds Linear keeps between runs
 RHO_STEPS = 1 << 16  # factoring effort per factor: a fixed product or multiple too hard to factor restricts nothing
 
 
+def deadline_after(time_limit: float | None) -> float | None:
+    """The time.perf_counter() reading at which `time_limit` seconds from now run out (None: no limit)."""
+    return None if time_limit is None else time.perf_counter() + time_limit
+
+
+def seconds_left(deadline: float | None) -> float | None:
+    """Seconds left until `deadline`, at least 0 (None: no limit)."""
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
 def fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
     """Run queued propagators, first in first out, until nothing changes; False on a conflict.
 
@@ -105,25 +115,15 @@ class Linear:
             elif rest % free_term[0] == 0:
                 s.remove(free_term[1], -rest // free_term[0])
             return
-        if self.coef is None:  # a short sum: summed afresh, every term narrowed
-            smin = smax = self.const
-            for a, x in self.terms:
-                if a > 0:
-                    smin += a * lo[x]
-                    smax += a * hi[x]
-                else:
-                    smin += a * hi[x]
-                    smax += a * lo[x]
-            span = -1
-        else:
-            smin, smax, span, free = self._replay(s) or self._sums(s)
+        replayed = self._replay(s) if self.coef is not None else None  # long sums only
+        smin, smax, span, free = replayed or self._sums(s)
         if smin > 0:
             raise Conflict
         slack = -smin
         eq = self.kind == EQ
         if eq and smax < 0:
             raise Conflict
-        if span < 0 or span > slack or (eq and span > smax):  # a term may narrow: one pass over all of them
+        if span > slack or (eq and span > smax):  # a term may narrow: one pass over all of them
             free = self._narrow(s, slack, smax if eq else None)
             if self.coef is not None:
                 smin, smax, span, free = self._sums(s)

@@ -28,7 +28,7 @@ from .check import TOO_DEEP, constraint_fits, fits_int64
 from .constraints import Constraint
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
-from .propagate import fixpoint
+from .propagate import deadline_after, fixpoint
 from .store import Conflict, Store
 from .vector import BlockCheck, block_check, block_value
 
@@ -54,6 +54,7 @@ class Search:
         self.prefer = [(i, d) for i, d in prefer if i in inside]
         chosen = {i for i, _ in prefer}
         self.others = [i for i in branch if i not in chosen]
+        self.order = [i for i, _ in self.prefer] + self.others  # this search's variables, preferred ones first
         self.objective = objective
         self.bound: int | None = None
         self.first_value: int | None = None  # objective of the first solution
@@ -61,7 +62,7 @@ class Search:
         self.objective_limit = 0  # the objective's best bound at the root
         self.bisecting = False
         self.improved_at = 0  # node count at the last improvement
-        self.deadline = None if time_limit is None else time.perf_counter() + time_limit
+        self.deadline = deadline_after(time_limit)
         self.nodes = 0
         self.block_rows = block_rows
         self.fit_everywhere = False
@@ -218,7 +219,7 @@ class Search:
         s = self.store
         lo, hi = s.lo, s.hi
         free, rows = [], 1
-        for i in chain([i for i, _ in self.prefer], self.others):
+        for i in self.order:
             if lo[i] != hi[i]:
                 free.append(i)
                 rows *= s.size(i)

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..cells import get_cell
+from ..library import first_order_message, flashrnn_op
 from ..validation import check_kernel_inputs
 from .runner import POOL, Key, Lease, Runner
 
@@ -40,8 +41,6 @@ class AlternatingRNNFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, d_h: Tensor, d_last: Tensor) -> tuple[Tensor | None, ...]:
         if torch.is_grad_enabled():  # create_graph=True: its gradients would silently have no derivative
-            from ..library import first_order_message
-
             raise RuntimeError(first_order_message("flashrnn"))
         runner: Runner = ctx.runner
         if runner.generation != ctx.lease.generation:
@@ -96,7 +95,5 @@ def flashrnn_alternating(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell:
     name = get_cell(cell).name
     check_kernel_inputs(Wx, R, b, states, name, contiguous=False)
     if torch.compiler.is_compiling():
-        from ..library import flashrnn_op
-
         return flashrnn_op(Wx, R, b, states, name, backend="alternating")
     return AlternatingRNNFunction.apply(Wx, R, b, states, name)
