@@ -82,6 +82,26 @@ def product(parts: Sequence[Replay]) -> Iterator[tuple]:
             yield (head,) + tail
 
 
+def independent_parts(constraints: Sequence[Constraint], store: Store, props: list, n_user: int,
+                      deadline: float | None = None) -> list[list[Constraint]]:
+    """The constraints of each component after root propagation, each list with the constraints whose variables
+    are all fixed there, in model order: one list when the model does not split (or its root is refuted).
+
+    A part holds every constraint that narrows its variables, so when a part has no solution (tested, not
+    assumed: a constraint of another part may have fixed one of its variables) it explains the model's.
+    """
+    if not root_fixpoint(store, props, deadline):
+        return [list(constraints)]
+    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
+    groups = [set(g) for g in split(constraints, fixed)]
+    if len(groups) < 2:
+        return [list(constraints)]
+    home = [next((k for k, g in enumerate(groups) for v in c.variables().values() if v.index in g), -1)
+            for c in constraints]
+    return [[c for c, h in zip(constraints, home) if h in (k, -1)] for k in range(len(groups))
+            if k in home]
+
+
 def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
                 domains: Sequence[tuple[int, int, frozenset | None]], order: list[tuple[int, str]],
                 time_limit: float | None, block_rows: int) -> Iterator[tuple[int, ...]]:

@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 from .check import verifier
-from .components import count_parts, solve_parts
+from .components import count_parts, independent_parts, solve_parts
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
 from .errors import ConstrintError, Infeasible, TimeLimit, UnknownVariable
@@ -256,10 +256,19 @@ class Model:
                 return True  # unsettled: keep the constraints tested
 
         # Where propagation alone refutes the model, first shrink to a set that propagation refutes (cheap
-        # tests, no search), then make that set minimal with the complete test.
+        # tests, no search); where the model splits into independent parts, start from one without a solution.
+        # Then make that set minimal with the complete test.
         suspects = self._constraints
         if not root_consistent(suspects):
             suspects = minimal_core(suspects, root_consistent)
+        else:
+            flat = self._flatten(suspects)
+            try:
+                parts = independent_parts(suspects, flat.store, flat.props, flat.n_user, deadline)
+            except TimeLimit:
+                parts = []
+            if len(parts) > 1:
+                suspects = next((part for part in parts if not feasible(part)), suspects)
         core = minimal_core(suspects, feasible)
         return Infeasible(core, minimal=proven)
 

@@ -31,7 +31,8 @@ def seconds_left(deadline: float | None) -> float | None:
 
 
 def fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
-    """Run queued propagators, first in first out, until nothing changes; False on a conflict.
+    """Run queued propagators, first in first out, until nothing changes; False on a conflict, whose propagator
+    is then `s.culprit`.
 
     Raises TimeLimit once time.perf_counter() passes `deadline` (when given).
     """
@@ -46,6 +47,7 @@ def fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
             if deadline is not None and not k % CLOCK_EVERY and time.perf_counter() > deadline:
                 raise TimeLimit(f"propagation stopped at its time limit after {k} steps")
     except Conflict:
+        s.culprit = queue[k - 1]
         return False
     finally:
         for p in queue[k:]:

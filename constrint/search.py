@@ -2,7 +2,13 @@
 
 Branching is binary, x = v or x != v, where v is the end of x's domain in its preferred direction, so the
 search undoes through the store's trail and never copies domains. Preferred variables are branched first, in
-order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain).
+order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain). A
+search without an objective switches at its first conflict to domain size over weighted degree: every conflict adds
+one to the weight of the user variables its propagator is built from (through the auxiliary variables of products
+and quotients), so that it branches first where its refutations come from instead of re-refuting one part under
+every value of an unrelated variable (proofs of infeasibility, and the subset tests of minimal cores, most of all).
+Branch and bound keeps first-fail throughout: which of several equal optima it returns is the first that order
+meets, and a caller's choice among ties should not move with the conflicts met on the way.
 With an objective, every solution tightens a bound on it (branch and bound) until the search space is empty. Solutions
 come from the ordinary variable order, which on tile models reaches the optimum in a few steps, until progress is
 too slow for the range left (BISECT_RATIO); from then on the objective's domain is bisected first (better half
@@ -72,6 +78,10 @@ class Search:
         self.domains = domains
         self.check: BlockCheck | None = None  # compiled at the root of a search that enumerates blocks
         self.objective_value: BlockCheck | None = None
+        self.weight = [0] * n_user  # conflicts blamed on each user variable
+        self.conflicts = 0
+        self._blamed: dict[int, tuple[int, ...]] = {}  # propagator -> the user variables it is built from
+        self._definer: dict[int, int] | None = None  # auxiliary variable -> the propagator defining it
 
     def _propagate(self) -> bool:
         s = self.store
@@ -87,7 +97,39 @@ class Search:
                     s.queued[p] = False
                 s.queue.clear()
                 return False
-        return fixpoint(s, self.props, self.deadline)
+        if fixpoint(s, self.props, self.deadline):
+            return True
+        if self.objective is None:
+            self.conflicts += 1
+            weight = self.weight
+            for x in self._blame(s.culprit):
+                weight[x] += 1
+        return False
+
+    def _blame(self, p: int) -> tuple[int, ...]:
+        """The user variables propagator `p` is built from, through the definitions of its auxiliary variables."""
+        found = self._blamed.get(p)
+        if found is not None:
+            return found
+        if self._definer is None:
+            self._definer = {}
+            for q, prop in enumerate(self.props):
+                z = getattr(prop, "z", None)
+                if z is not None and z >= self.n_user:
+                    self._definer.setdefault(z, q)
+        users: set[int] = set()
+        seen, todo = {p}, [p]
+        while todo:
+            for x in self.props[todo.pop()].vars:
+                if x < self.n_user:
+                    users.add(x)
+                else:
+                    q = self._definer.get(x)
+                    if q is not None and q not in seen:
+                        seen.add(q)
+                        todo.append(q)
+        found = self._blamed[p] = tuple(sorted(users))
+        return found
 
     def _improved(self, value: int) -> None:
         """A solution of objective `value`: require better ones, and bisect when progress is slow."""
@@ -122,14 +164,24 @@ class Search:
                 return i, d
         best, best_size = -1, 0
         vs, md = self.store.vs, self.store.md
+        if not self.conflicts:  # first-fail
+            for i in self.others:
+                if lo[i] != hi[i]:
+                    v = vs[i]
+                    size = len(v) if v is not None else (hi[i] - lo[i]) // md[i] + 1
+                    if best < 0 or size < best_size:
+                        best, best_size = i, size
+                        if size == 2:
+                            break
+            return best, MIN
+        weight, best_weight = self.weight, 1  # the least size / (1 + weight), compared without division
         for i in self.others:
             if lo[i] != hi[i]:
                 v = vs[i]
                 size = len(v) if v is not None else (hi[i] - lo[i]) // md[i] + 1
-                if best < 0 or size < best_size:
-                    best, best_size = i, size
-                    if size == 2:
-                        break
+                w = weight[i] + 1
+                if best < 0 or size * best_weight < best_size * w:
+                    best, best_size, best_weight = i, size, w
         return best, MIN
 
     def run(self, root: bool = True) -> Iterator[tuple[int, ...]]:

@@ -2,7 +2,8 @@
 
 Variable i has bounds lo[i]..hi[i], a congruence i = rs[i] (mod md[i]) and optionally vs[i], the frozenset of
 values left (None when only the interval and congruence are known). Bounds always lie on values of the domain.
-A change wakes the propagators watching the variable; an emptied domain raises Conflict.
+A change wakes the propagators watching the variable; an emptied domain raises Conflict, and the fixpoint loop
+records in `culprit` the propagator whose run raised it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ class Conflict(Exception):
 
 
 class Store:
-    __slots__ = ("lo", "hi", "md", "rs", "vs", "trail", "watch", "queue", "queued")
+    __slots__ = ("lo", "hi", "md", "rs", "vs", "trail", "watch", "queue", "queued", "culprit")
 
     def __init__(self) -> None:
         self.lo: list[int] = []
@@ -26,6 +27,7 @@ class Store:
         self.watch: list[list[int]] = []
         self.queue: list[int] = []
         self.queued: list[bool] = []
+        self.culprit = -1  # the propagator of the last conflict in a fixpoint (-1: none yet)
 
     def new_var(self, lo: int, hi: int, values: frozenset[int] | None = None) -> int:
         self.lo.append(lo)

@@ -99,3 +99,24 @@ def test_unsettled_subset_tests_keep_the_core_infeasible(monkeypatch):
         assert any("all_different" in str(c) for c in e.core)
     else:
         raise AssertionError("six different values in 1..5 do not exist")
+
+
+def test_core_of_a_model_of_independent_parts_comes_from_one_part():
+    # the text model of benchmarks/models: its forward and backward tilings share only constants, and with a head
+    # of 2976 neither fits (R exceeds all registers + shared memory); the core is one part's, proven minimal within
+    # the default budget (before parts and weighted branching: 62 of 68 constraints, not proven minimal)
+    from pathlib import Path
+
+    from constrint import parse
+
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "kernel_tiles.model").read_text()
+    m = parse(text.replace("HEAD_DIM == 768\n", "HEAD_DIM == 2976\n"))
+    try:
+        m.solve()
+    except Infeasible as e:
+        core = [str(c) for c in e.core]
+        assert e.minimal
+    else:
+        raise AssertionError("the model has no solution")
+    assert "HEAD_DIM == 2976" in core and len(core) <= 20
+    assert all("FW_" not in c for c in core) or all("BW_" not in c for c in core)
