@@ -2,13 +2,12 @@
 
 Branching is binary, x = v or x != v, where v is the end of x's domain in its preferred direction, so the
 search undoes through the store's trail and never copies domains. Preferred variables are branched first, in
-order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain). A
-search without an objective switches at its first conflict to domain size over weighted degree: every conflict adds
-one to the weight of the user variables its propagator is built from (through the auxiliary variables of products
-and quotients), so that it branches first where its refutations come from instead of re-refuting one part under
-every value of an unrelated variable (proofs of infeasibility, and the subset tests of minimal cores, most of all).
-Branch and bound keeps first-fail throughout: which of several equal optima it returns is the first that order
-meets, and a caller's choice among ties should not move with the conflicts met on the way.
+order (which makes the first solution the lexicographic optimum); the rest by first-fail (smallest domain) until
+the first conflict, then by domain size over weighted degree: every conflict adds one to the weight of the user
+variables its propagator is built from (through the auxiliary variables of products and quotients), so that the
+search branches first where its refutations come from instead of re-refuting one part under every value of an
+unrelated variable. Which of several equal optima branch and bound returns therefore depends on the conflicts met on
+the way: a caller that needs one answer puts its tie-breaks into the objective.
 With an objective, every solution tightens a bound on it (branch and bound) until the search space is empty. Solutions
 come from the ordinary variable order, which on tile models reaches the optimum in a few steps, until progress is
 too slow for the range left (BISECT_RATIO); from then on the objective's domain is bisected first (better half
@@ -99,11 +98,10 @@ class Search:
                 return False
         if fixpoint(s, self.props, self.deadline):
             return True
-        if self.objective is None:
-            self.conflicts += 1
-            weight = self.weight
-            for x in self._blame(s.culprit):
-                weight[x] += 1
+        self.conflicts += 1
+        weight = self.weight
+        for x in self._blame(s.culprit):
+            weight[x] += 1
         return False
 
     def _blame(self, p: int) -> tuple[int, ...]:

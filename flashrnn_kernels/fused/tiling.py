@@ -293,6 +293,9 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     m.add(tiles * 8 * nt >= p.batch, name=f"batch tiles cover batch {p.batch}")
     m.add((tiles - 1) * 8 * nt < p.batch, name="no empty batch tile")
     m.add(waves * gpu.sm_count * per_sm >= p.num_heads * cb * tiles, name="waves of blocks over the SMs")
+    m.add(m.any_of([per_sm == 1, waves * gpu.sm_count * (per_sm - 1) < p.num_heads * cb * tiles]),
+          name="blocks per SM: the fewest that hold a wave (the largest register cap of __launch_bounds__), so that "
+               "equal costs do not leave the choice to the search")
 
     m.add(cb <= 1 + units * (clustered + glob), name="a split head is a cluster or exchanges through global memory")
     m.add(clustered + glob + 1 <= cb, name="neither a cluster nor a global exchange for an unsplit head")

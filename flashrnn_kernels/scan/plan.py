@@ -617,16 +617,18 @@ def objective(m: constrint.Model):
     scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16
     x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us), then
     fewer stages (less shared memory, so more blocks per SM where it limits them; for resident segments also fewer
-    registers: prefix_register_need), then fewer steps per thread. These last two make the plan the model's alone,
-    not whichever of equal plans a search meets first (H200, [8, 4096, 1536], against the plans met first before:
+    registers: prefix_register_need), then fewer steps per thread, then fewer threads along D (where the term above
+    no longer tells them apart: chained blocks half as wide at two per SM took 0.895-0.996x the time,
+    results/scan_chained_solo_ab.md). These last three make the plan the model's alone, not whichever of equal
+    plans a search meets first (H200, [8, 4096, 1536], against the plans met first before:
     linear_scan bf16 backward 8 steps and 2 stages, 135 us, where 4 steps and 3 stages take 175 us; minGRU bf16
     backward, minGRU fp32 forward and minLSTM bf16 forward 0.89-0.97x the time with 2 stages instead of 3-4;
     results/scan_plan_ties_ab.md). Each term's weight exceeds the sum of the later ones."""
     v = m.var
     ties = (8192 * (v("resident") + v("chained")) + 65 * v("preferred_block_warps") + v("threads_t")
             + 32 // v("threads_d") + 4 * v("chained") * v("steps_from_preferred"))
-    return (2**26 * v("time_ns") + 2**12 * ties + 2**8 * (16 - v("preferred_occupancy")) + 16 * (v("stages") - 1)
-            + v("steps") - 2)
+    return (2**35 * v("time_ns") + 2**20 * ties + 2**15 * (16 - v("preferred_occupancy"))
+            + 2**9 * (16 * (v("stages") - 1) + v("steps") - 2) + v("threads_d"))
 
 
 def _solve(problem: ScanProblem, gpu: hwmodels.GPUModel, given: dict[str, int] | None = None,

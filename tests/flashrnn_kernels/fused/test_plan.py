@@ -255,3 +255,25 @@ def test_block_pairs_halve_the_partial_sums_where_clusters_exist():
         plan("lstm", 16, 1, 768, "bf16", gpu="A100-SXM4-80GB", direction="backward", exchange="pairs")
     forward = plan("lstm", 16, 1, 768, "bf16", gpu=h200, exchange="pairs")  # the forward exchanges h as before
     assert forward.pair_blocks == 1 and forward.global_exchange and not forward.partial_sums
+
+
+PLAN_FIELDS = ("n_tiles", "head_blocks", "global_exchange", "warps_m", "warps_k", "reg_k_tiles", "global_k_tiles",
+               "blocks_per_sm", "vector_buffers", "stages", "clustered", "k_tiles_per_warp")
+
+
+@pytest.mark.parametrize("exchange", ["cluster", "global"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("cell, batch, num_heads, head_dim", [("lstm", 1, 12, 64), ("gru", 3, 3, 256),
+                                                              ("slstm", 16, 6, 128)])
+def test_the_optimum_is_one_tiling(cell, batch, num_heads, head_dim, direction, exchange):
+    """Every solution of least cost is the same tiling, so the plan is the model's, not the search's: blocks per SM
+    had tied where one wave fits either way (the fewest now, as the search had picked on every tied model of a grid
+    over both GPUs, cells, batches 1-64, six head shapes, both dtypes and directions)."""
+    from flashrnn_kernels.fused import tiling
+    from flashrnn_kernels.fused.problem import FusedProblem
+
+    m, objective = tiling.build(FusedProblem(cell, batch, num_heads, head_dim, "bf16", direction),
+                                hwmodels.load("H200-SXM-141GB"), exchange=exchange)
+    best = m.minimize(objective)
+    m.add(objective == best.objective)
+    assert len({tuple(s[f] for f in PLAN_FIELDS) for s in m.solutions(limit=50)}) == 1
