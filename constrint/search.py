@@ -160,19 +160,9 @@ class Search:
         for i, d in self.prefer:
             if lo[i] != hi[i]:
                 return i, d
-        best, best_size = -1, 0
-        vs, md = self.store.vs, self.store.md
-        if not self.conflicts:  # first-fail
-            for i in self.others:
-                if lo[i] != hi[i]:
-                    v = vs[i]
-                    size = len(v) if v is not None else (hi[i] - lo[i]) // md[i] + 1
-                    if best < 0 or size < best_size:
-                        best, best_size = i, size
-                        if size == 2:
-                            break
-            return best, MIN
-        weight, best_weight = self.weight, 1  # the least size / (1 + weight), compared without division
+        best, best_size, best_weight = -1, 0, 1  # the least size / (1 + weight), compared without division
+        vs, md, weight = self.store.vs, self.store.md, self.weight
+        least_possible = 2 if not self.conflicts else 0  # without weights nothing beats a domain of two
         for i in self.others:
             if lo[i] != hi[i]:
                 v = vs[i]
@@ -180,6 +170,8 @@ class Search:
                 w = weight[i] + 1
                 if best < 0 or size * best_weight < best_size * w:
                     best, best_size, best_weight = i, size, w
+                    if size == least_possible:
+                        break
         return best, MIN
 
     def run(self, root: bool = True) -> Iterator[tuple[int, ...]]:
