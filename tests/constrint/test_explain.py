@@ -101,13 +101,17 @@ def test_unsettled_subset_tests_keep_the_core_infeasible(monkeypatch):
         raise AssertionError("six different values in 1..5 do not exist")
 
 
-def test_core_of_a_model_of_independent_parts_comes_from_one_part():
+def test_core_of_a_model_of_independent_parts_comes_from_one_part(monkeypatch):
     # the text model of benchmarks/models: its forward and backward tilings share only constants, and with a head
-    # of 2976 neither fits (R exceeds all registers + shared memory); the core is one part's, proven minimal within
-    # the default budget (before parts and weighted branching: 62 of 68 constraints, not proven minimal)
+    # of 2976 neither fits (R exceeds all registers + shared memory); the core is one part's, proven minimal (about
+    # 0.3 s on one core, within the default budget of 0.5 s; before parts and weighted branching: 62 of 68
+    # constraints, not proven minimal). The budget is raised here so that a slow machine cannot fail the test.
     from pathlib import Path
 
+    import constrint.model
     from constrint import parse
+
+    monkeypatch.setattr(constrint.model, "CORE_CHECK_SECONDS", 5.0)
 
     text = (Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "kernel_tiles.model").read_text()
     m = parse(text.replace("HEAD_DIM == 768\n", "HEAD_DIM == 2976\n"))
