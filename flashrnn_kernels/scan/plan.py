@@ -620,10 +620,11 @@ def objective(m: constrint.Model):
     registers: prefix_register_need), then fewer steps per thread, then fewer threads along D (where the term above
     no longer tells them apart: chained blocks half as wide at two per SM took 0.895-0.996x the time,
     results/scan_chained_solo_ab.md). These last three make the plan the model's alone, not whichever of equal
-    plans a search meets first (H200, [8, 4096, 1536], against the plans met first before:
-    linear_scan bf16 backward 8 steps and 2 stages, 135 us, where 4 steps and 3 stages take 175 us; minGRU bf16
-    backward, minGRU fp32 forward and minLSTM bf16 forward 0.89-0.97x the time with 2 stages instead of 3-4;
-    results/scan_plan_ties_ab.md). Each term's weight exceeds the sum of the later ones."""
+    plans a search meets first (H200, against the plans met first before: linear_scan bf16 backward at [8, 4096,
+    1536] 8 steps and 2 stages, 135 us, where 4 steps and 3 stages take 175 us; minGRU bf16 backward, minGRU fp32
+    forward and minLSTM bf16 forward at [8, T, 1536] 0.877-1.022x the time with 2 stages instead of 3-4, geometric
+    mean 0.969 over T = 256, 4,096, 65,536; results/scan_plan_ties_ab.md). Each term's weight exceeds the sum of the
+    later ones."""
     v = m.var
     ties = (8192 * (v("resident") + v("chained")) + 65 * v("preferred_block_warps") + v("threads_t")
             + 32 // v("threads_d") + 4 * v("chained") * v("steps_from_preferred"))

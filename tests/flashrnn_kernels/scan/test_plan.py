@@ -194,8 +194,9 @@ def test_wide_gate_plans_follow_the_gate_sweep():
 def test_ties_of_the_time_model_are_broken_by_the_objective(case):
     """The plan is the objective's only optimum, not whichever of equal plans a search meets first: at [8, 4096,
     1536] on an H200 the time model ties blocks that differ only in stages (and so in blocks per SM), or in steps
-    and stages; fewer stages won where measured (minGRU / minLSTM 0.88-0.97x the time with 2 stages instead of 3-4;
-    linear bf16 backward 8 steps and 2 stages 1.29x faster than 4 and 3; results/scan_plan_ties_ab.md)."""
+    and stages; fewer stages won where measured (minGRU / minLSTM at T = 4,096 0.88-0.97x the time with 2 stages
+    instead of 3-4; linear bf16 backward: 4 steps and 3 stages took 1.29x as long as 8 and 2;
+    results/scan_plan_ties_ab.md)."""
     cell, dtype, direction = case
     problem = ScanProblem.for_shape(cell, 8, 4096, 1536, dtype, direction)
     m = build_model(problem, hwmodels.load("H200-SXM-141GB"))
