@@ -85,13 +85,13 @@ def product(parts: Sequence[Replay]) -> Iterator[tuple]:
 def independent_parts(constraints: Sequence[Constraint], store: Store, props: list, n_user: int,
                       deadline: float | None = None) -> list[list[Constraint]]:
     """The constraints of each component after root propagation, each list with the constraints whose variables
-    are all fixed there, in model order: one list when the model does not split (or its root is refuted).
+    are all fixed there, in model order: one list when the model does not split, none when propagation refutes it.
 
     A part holds every constraint that narrows its variables, so when a part has no solution (tested, not
     assumed: a constraint of another part may have fixed one of its variables) it explains the model's.
     """
     if not root_fixpoint(store, props, deadline):
-        return [list(constraints)]
+        return []
     fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
     groups = [set(g) for g in split(constraints, fixed)]
     if len(groups) < 2:

@@ -259,16 +259,15 @@ class Model:
         # tests, no search); where the model splits into independent parts, start from one without a solution.
         # Then make that set minimal with the complete test.
         suspects = self._constraints
-        if not root_consistent(suspects):
+        flat = self._flatten(suspects)
+        try:
+            parts = independent_parts(suspects, flat.store, flat.props, flat.n_user, deadline)
+        except TimeLimit:
+            parts = [suspects]  # unsettled: keep every constraint
+        if not parts:
             suspects = minimal_core(suspects, root_consistent)
-        else:
-            flat = self._flatten(suspects)
-            try:
-                parts = independent_parts(suspects, flat.store, flat.props, flat.n_user, deadline)
-            except TimeLimit:
-                parts = []
-            if len(parts) > 1:
-                suspects = next((part for part in parts if not feasible(part)), suspects)
+        elif len(parts) > 1:
+            suspects = next((part for part in parts if not feasible(part)), suspects)
         core = minimal_core(suspects, feasible)
         return Infeasible(core, minimal=proven)
 

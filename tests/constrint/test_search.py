@@ -14,10 +14,12 @@ from constrint.search import Search
 from constrint_kernel_models import PREFER, kernel_tile_model
 
 
-def _search(m: Model, prefer=(), **kw) -> Search:
+def _search(m: Model, prefer=(), minimize=None, **kw) -> Search:
     flat = Flattener(list(m.variables.values()))
     for c in m.constraints:
         flat.add(c)
+    if minimize is not None:
+        kw["objective"] = (flat.var_of(minimize), "min", minimize)
     return Search(flat.store, flat.props, flat.n_user, m._prefer(list(prefer)), constraints=m.constraints,
                   domains=m._domains(), **kw)
 
@@ -138,10 +140,5 @@ def test_conflicts_steer_branching_to_their_variables():
 
 def test_conflicts_steer_branch_and_bound():
     m = Model()
-    a = _unrelated_bits_and_an_impossible_pair(m)
-    flat = Flattener(list(m.variables.values()))
-    for c in m.constraints:
-        flat.add(c)
-    search = Search(flat.store, flat.props, flat.n_user, [], objective=(flat.var_of(a), "min", a),
-                    constraints=m.constraints, domains=m._domains())
+    search = _search(m, minimize=_unrelated_bits_and_an_impossible_pair(m))
     assert list(search.run()) == [] and search.nodes <= 5000

@@ -10,8 +10,9 @@ import pytest
 import hwmodels
 from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused import plan as plan_module
+from flashrnn_kernels.fused import tiling
 from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
-from flashrnn_kernels.fused.problem import HEAD_DIMS
+from flashrnn_kernels.fused.problem import HEAD_DIMS, FusedProblem
 
 FUSED_GPUS = [name for name in hwmodels.available() if hwmodels.load(name).compute_capability >= (8, 0)]
 SHAPES = [(1, 48, 16), (17, 6, 128), (64, 3, 256), (256, 2, 512), (16, 1, 768), (256, 48, 16)]
@@ -269,9 +270,6 @@ def test_the_optimum_is_one_tiling(cell, batch, num_heads, head_dim, direction, 
     """Every solution of least cost is the same tiling, so the plan is the model's, not the search's: blocks per SM
     had tied where one wave fits either way (the fewest now, as the search had picked on every tied model of a grid
     over both GPUs, cells, batches 1-64, six head shapes, both dtypes and directions)."""
-    from flashrnn_kernels.fused import tiling
-    from flashrnn_kernels.fused.problem import FusedProblem
-
     m, objective = tiling.build(FusedProblem(cell, batch, num_heads, head_dim, "bf16", direction),
                                 hwmodels.load("H200-SXM-141GB"), exchange=exchange)
     best = m.minimize(objective)
