@@ -13,7 +13,15 @@ from .cells import CELLS, CellSpec, get_cell
 from .fused.problem import HEAD_DIMS
 from .fused.reference import flashrnn_reference
 from .library import flashrnn_op
-from .validation import FUSED_DTYPES, check_contiguous, check_dtype, check_same_dtype_and_device, check_shapes
+from .autocast import autocast_dtype, cast_eligible
+from .validation import (
+    FUSED_DTYPES,
+    Shape,
+    check_contiguous,
+    check_dtype,
+    check_same_dtype_and_device,
+    check_shapes,
+)
 
 BACKENDS: tuple[str, ...] = ("auto", "fused", "alternating", "reference")
 FUSED_CELLS: frozenset[str] = frozenset({"lstm", "gru", "slstm", "elman"})
@@ -94,7 +102,7 @@ def choose_backend(backend: str, device: torch.device, dtype: torch.dtype, cell:
         warnings.warn(
             f"flashrnn backend='auto' runs the pure-PyTorch reference loop (slow): {reason}",
             ReferenceFallbackWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of flashrnn (flashrnn -> _run -> choose_backend)
         )
     return "reference"
 
@@ -120,8 +128,9 @@ def flashrnn(
     "auto" (on CUDA the fused kernel when the planner tiles the problem and does not predict the alternating
     backend much faster, else the alternating backend; the reference with a one-time warning for CPU tensors, custom
     CellSpecs or other dtypes).
-    dtype: cast all inputs to it first.
-    Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the inputs' dtype; differentiable.
+    dtype: cast all inputs to it first. Under torch.autocast (dtype None) the fp32 / fp16 / bf16 inputs are cast
+    to the autocast dtype, as torch's recurrent layers compute there (`flashrnn_kernels.autocast`).
+    Returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in the dtype computed in; differentiable.
     torch.compile (fullgraph=True too) sees the fused kernel, the alternating backend and the reference on CPU as
     one custom op (`flashrnn_kernels.library`); a custom CellSpec, or the reference on CUDA, is traced as plain
     torch ops.
@@ -132,11 +141,22 @@ def flashrnn(
     shape = check_shapes(Wx, R, b, states, spec)
     tensors = {"Wx": Wx, "R": R, "b": b} | ({} if states is None else {"states": states})
     check_contiguous(tensors)
+    autocast = autocast_dtype(Wx.device) if dtype is None else None
     if dtype is not None:
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {dtype!r}")
         tensors = {name: tensor.to(dtype) for name, tensor in tensors.items()}
+    elif autocast is not None:
+        tensors = {name: cast_eligible(tensor, autocast) for name, tensor in tensors.items()}
     check_same_dtype_and_device(tensors)
+    if autocast is None:
+        return _run(tensors, spec, backend, shape)
+    with torch.autocast(Wx.device.type, enabled=False):
+        return _run(tensors, spec, backend, shape)
+
+
+def _run(tensors: dict[str, Tensor], spec: CellSpec, backend: str, shape: Shape) -> tuple[Tensor, Tensor]:
+    """`flashrnn` on checked inputs of one dtype and device: the chosen backend's result."""
     Wx, R, b = tensors["Wx"], tensors["R"], tensors["b"]
     training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors.values())
     chosen = choose_backend(backend, Wx.device, Wx.dtype, spec, shape.head_dim, shape.batch, shape.head_count,

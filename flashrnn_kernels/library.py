@@ -20,6 +20,7 @@ implementation. Each op has a fake implementation (shapes and dtypes only) and i
 import torch
 from torch import Tensor
 
+from .autocast import autocast_off
 from .cells import CELLS
 from .fused.reference import flashrnn_reference
 from .scan import reference as scan_reference
@@ -168,6 +169,7 @@ def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cel
 
 
 @torch.library.custom_op("flashrnn_kernels::flashrnn_backward", mutates_args=(), device_types="cpu")
+@autocast_off  # a backward run under autocast keeps the products' dtypes (as both backward implementations)
 def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor, gates_save: Tensor,
                       states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
                       backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -181,6 +183,7 @@ def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h
 
 
 @flashrnn_backward.register_kernel("cuda")
+@autocast_off
 def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor,
                             gates_save: Tensor, states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
                             backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -12,7 +12,9 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from .autocast import ELIGIBLE, autocast_dtype
 from .cells import CellSpec, get_cell
 from .dispatch import BACKENDS, flashrnn
 from .validation import check_positive_ints
@@ -127,8 +129,12 @@ class FlashRNNBase(nn.Module):
     `enforce_sorted=False`, as for torch's pack_padded_sequence) makes a padded batch
     behave like torch's packed sequences: outputs past a sequence's end are zero, its last states are taken at its
     own length, and the reverse direction starts at its own end (each layer and direction then makes one `flashrnn`
-    call per distinct length, on the sequences still running). `dropout` applies to the outputs of every layer
-    but the last while training. `backend` is passed to `flashrnn` ("auto", "fused", "alternating" or "reference").
+    call per distinct length, on the sequences still running). x may also be a PackedSequence (the output is then
+    packed like it) or one unbatched sequence [T, input_size] with states [num_layers * D, H], as for torch.nn's
+    RNNs. Under torch.autocast the layers compute in the autocast dtype, as torch.nn's RNNs do on cuDNN: x and the
+    states may then have any dtype autocast casts, and the output and last states have the autocast dtype.
+    `dropout` applies to the outputs of every layer but the last while training. `backend` is passed to `flashrnn`
+    ("auto", "fused", "alternating" or "reference").
     torch.compile(module, fullgraph=True) works (the kernels are custom ops); give `lengths` as a list of ints
     there, as reading a tensor's values breaks the graph (each distinct list compiles once).
     """
@@ -229,36 +235,44 @@ class FlashRNNBase(nn.Module):
     def _state_names(self) -> list[str]:
         return [f"{name}_0" for name in self.cell.states]
 
-    def _initial_states(self, states: States | None, batch: int) -> Tensor | None:
-        """[S, L * D, B, NH, DH] from the caller's states, or None."""
+    def _initial_states(self, states: States | None, batch: int, compute: torch.dtype | None) -> Tensor | None:
+        """[S, L * D, B, NH, DH] from the caller's states (in `compute` when autocast gives one), or None."""
         if states is None:
             return None
-        names = self._state_names()
-        if len(names) == 1:
-            if not isinstance(states, Tensor):
-                raise ValueError(
-                    "states must be a tensor h_0 [num_layers * D, B, hidden_size] or None, "
-                    f"got a {type(states).__name__}"
-                )
-            states = (states,)
-        elif not (isinstance(states, (tuple, list)) and len(states) == len(names)):
-            raise ValueError(
-                f"states must be a tuple ({', '.join(names)}), each [num_layers * D, B, hidden_size], or None"
-            )
         expected = (self.num_layers * self.directions, batch, self.hidden_size)
-        for name, tensor in zip(names, states):
+        states = self._state_tuple(states, "[num_layers * D, B, hidden_size]")
+        for name, tensor in zip(self._state_names(), states):
             if not isinstance(tensor, Tensor) or tuple(tensor.shape) != expected:
                 shape = list(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
                 raise ValueError(
                     f"{name} must have shape [num_layers * D, B, hidden_size] = {list(expected)}, got {shape}"
                 )
-            self._check_like_weights(name, tensor, f"convert {name} to match")
-        return torch.stack(tuple(states)).reshape(len(names), *expected[:2], self.num_heads, self.head_dim)
+            self._check_like_weights(name, tensor, compute, f"convert {name} to match")
+        stacked = torch.stack(tuple(states)).reshape(len(states), *expected[:2], self.num_heads, self.head_dim)
+        return stacked if compute is None else stacked.to(compute)
 
-    def _check_like_weights(self, name: str, tensor: Tensor, advice: str) -> None:
-        """A TypeError, ending in `advice`, unless `tensor` has the dtype and device of the module's weights."""
+    def _state_tuple(self, states: States, layout: str) -> tuple[Tensor, ...]:
+        """The caller's states as a tuple in the cell's order (a lone tensor for one-state cells)."""
+        names = self._state_names()
+        if len(names) == 1:
+            if not isinstance(states, Tensor):
+                raise ValueError(f"states must be a tensor h_0 {layout} or None, got a {type(states).__name__}")
+            return (states,)
+        if not (isinstance(states, (tuple, list)) and len(states) == len(names)):
+            raise ValueError(f"states must be a tuple ({', '.join(names)}), each {layout}, or None")
+        return tuple(states)
+
+    def _compute_dtype(self, device: torch.device) -> torch.dtype | None:
+        """The autocast dtype on `device` when autocast is on there and applies to the weights, else None."""
+        dtype = autocast_dtype(device)
+        return dtype if dtype is not None and self.layer_parameters(0)[0].dtype in ELIGIBLE else None
+
+    def _check_like_weights(self, name: str, tensor: Tensor, compute: torch.dtype | None, advice: str) -> None:
+        """A TypeError, ending in `advice`, unless `tensor` is on the weights' device and has their dtype (any dtype
+        autocast casts, when it is on: `compute`)."""
         weight = self.layer_parameters(0)[0]
-        if tensor.dtype != weight.dtype or tensor.device != weight.device:
+        dtype_ok = tensor.dtype == weight.dtype or (compute is not None and tensor.dtype in ELIGIBLE)
+        if not dtype_ok or tensor.device != weight.device:
             raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but the module's weights are {weight.dtype} "
                             f"on {weight.device}; {advice}")
 
@@ -282,21 +296,31 @@ class FlashRNNBase(nn.Module):
         return h.reshape(B, T, self.hidden_size), last
 
     def forward(
-        self, x: Tensor, states: States | None = None, lengths: Tensor | Sequence[int] | None = None,
+        self, x: Tensor | PackedSequence, states: States | None = None, lengths: Tensor | Sequence[int] | None = None,
         enforce_sorted: bool = True,
-    ) -> tuple[Tensor, States]:
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.input_size:
+    ) -> tuple[Tensor | PackedSequence, States]:
+        if isinstance(x, PackedSequence):
+            return self._forward_packed(x, states, lengths)
+        if not isinstance(x, Tensor) or x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
             layout = "[B, T, input_size]" if self.batch_first else "[T, B, input_size]"
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be {layout} with input_size={self.input_size}, got shape {shape}")
-        self._check_like_weights("x", x, "convert the input (x.to(dtype, device)) or the module (.to(...))")
-        if not self.batch_first:
-            x = x.transpose(0, 1)
+            raise ValueError(f"x must be {layout} with input_size={self.input_size}, got shape {shape} (one "
+                             "sequence [T, input_size] and a PackedSequence work too)")
+        if x.dim() == 2:
+            return self._forward_unbatched(x, states, lengths)
+        output, last = self._run(x if self.batch_first else x.transpose(0, 1), states, lengths, enforce_sorted)
+        return (output if self.batch_first else output.transpose(0, 1)), last
+
+    def _run(self, x: Tensor, states: States | None, lengths: Tensor | Sequence[int] | None,
+             enforce_sorted: bool) -> tuple[Tensor, States]:
+        """forward on a batch-first x [B, T, input_size]: (output [B, T, D * H], last states)."""
+        compute = self._compute_dtype(x.device)
+        self._check_like_weights("x", x, compute, "convert the input (x.to(dtype, device)) or the module (.to(...))")
         B, T, _ = x.shape
         lengths = _check_lengths(lengths, B, T, enforce_sorted)
-        initial = self._initial_states(states, B)
+        initial = self._initial_states(states, B, compute)
         if B == 0 or T == 0:  # nothing to run: the last states are the initial ones
-            return self._empty_run(x, initial)
+            return self._empty_run(x, initial, compute)
         finals = []
         for layer in range(self.num_layers):
             if layer > 0:
@@ -314,19 +338,47 @@ class FlashRNNBase(nn.Module):
                 outputs.append(h)
                 finals.append(last)
             x = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
-        output = x if self.batch_first else x.transpose(0, 1)
         last = torch.stack(finals, dim=1).reshape(self.cell.state_count, len(finals), B, self.hidden_size)
+        return x, (last[0] if self.cell.state_count == 1 else tuple(last.unbind(0)))
+
+    def _empty_run(self, x: Tensor, initial: Tensor | None, compute: torch.dtype | None) -> tuple[Tensor, States]:
+        """_run's result for a batch or a sequence of length 0 (x [B, T, I]): an empty output, and the initial states
+        (zeros where none are given) as the last ones."""
+        B, T, _ = x.shape
+        output = x.new_zeros(B, T, self.directions * self.hidden_size, dtype=compute)
+        shape = (self.cell.state_count, self.num_layers * self.directions, B, self.hidden_size)
+        last = output.new_zeros(shape) if initial is None else initial.reshape(shape)
         return output, (last[0] if self.cell.state_count == 1 else tuple(last.unbind(0)))
 
-    def _empty_run(self, x: Tensor, initial: Tensor | None) -> tuple[Tensor, States]:
-        """forward's result for a batch or a sequence of length 0 (x [B, T, I], batch first): an empty output, and the
-        initial states (zeros where none are given) as the last ones."""
-        B, T, _ = x.shape
-        output = x.new_zeros(B, T, self.directions * self.hidden_size)
-        output = output if self.batch_first else output.transpose(0, 1)
-        shape = (self.cell.state_count, self.num_layers * self.directions, B, self.hidden_size)
-        last = x.new_zeros(shape) if initial is None else initial.reshape(shape)
-        return output, (last[0] if self.cell.state_count == 1 else tuple(last.unbind(0)))
+    def _forward_unbatched(self, x: Tensor, states: States | None,
+                           lengths: Tensor | Sequence[int] | None) -> tuple[Tensor, States]:
+        """forward on one sequence x [T, input_size], states each [num_layers * D, H], as torch.nn's RNNs take it."""
+        if lengths is not None:
+            raise ValueError("lengths= needs a batch; an unbatched x [T, input_size] is one sequence of T steps")
+        if states is not None:
+            states = self._state_tuple(states, "[num_layers * D, hidden_size] for an unbatched x")
+            bad = [t for t in states if not isinstance(t, Tensor) or t.dim() != 2]
+            if bad:
+                shape = list(bad[0].shape) if isinstance(bad[0], Tensor) else type(bad[0]).__name__
+                raise ValueError(f"an unbatched x [T, input_size] takes 2-D states [num_layers * D, hidden_size], "
+                                 f"got {shape}")
+            states = tuple(t.unsqueeze(1) for t in states)
+            states = states[0] if len(states) == 1 else states
+        output, last = self.forward(x.unsqueeze(0 if self.batch_first else 1), states)
+        last = tuple(t.squeeze(1) for t in (last if isinstance(last, tuple) else (last,)))
+        return output.squeeze(0 if self.batch_first else 1), (last[0] if len(last) == 1 else last)
+
+    def _forward_packed(self, x: PackedSequence, states: States | None,
+                        lengths: Tensor | Sequence[int] | None) -> tuple[PackedSequence, States]:
+        """forward on a PackedSequence, as torch.nn's RNNs: the output packed like x, states in x's batch order."""
+        if lengths is not None:
+            raise ValueError("lengths= is for padded batches; a PackedSequence carries its own lengths")
+        padded, lengths = pad_packed_sequence(x, batch_first=True)  # x's batch order; lengths on the CPU
+        output, last = self._run(padded, states, lengths.tolist(), enforce_sorted=False)
+        order = x.sorted_indices
+        if order is not None:  # pack in x's own order of sequences, so that the data lines up with x's
+            output, lengths = output.index_select(0, order), lengths[order.cpu()]
+        return x._replace(data=pack_padded_sequence(output, lengths, batch_first=True).data), last
 
     @classmethod
     def from_torch(cls, module: nn.RNNBase, backend: str = "auto") -> FlashRNNBase:

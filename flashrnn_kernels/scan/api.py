@@ -6,6 +6,7 @@ import torch
 
 # the module object, not its names: library imports this package's reference and launcher in turn
 from .. import library
+from ..autocast import ELIGIBLE, autocast_dtype, cast_eligible, mixes, widest
 from .function import TORCH_DTYPES
 
 REFERENCE_DTYPES = (*TORCH_DTYPES, torch.float64)
@@ -40,13 +41,30 @@ def _check(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...], h0: torch.
                             f"{first.device})")
 
 
+def _autocast(inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None):
+    """Under torch.autocast, inputs of mixed dtypes promoted to the widest of them and h0 cast to it (inputs of
+    one dtype keep it): (inputs, h0)."""
+    first = inputs[0]
+    if not isinstance(first, torch.Tensor) or autocast_dtype(first.device) is None:
+        return inputs, h0
+    if not all(isinstance(t, torch.Tensor) and t.dtype in ELIGIBLE for t in inputs):
+        return inputs, h0  # _check reports what is wrong
+    dtypes = [t.dtype for t in inputs]
+    dtype = widest(dtypes)
+    return tuple(t.to(dtype) for t in inputs), h0 if not isinstance(h0, torch.Tensor) else cast_eligible(h0, dtype)
+
+
 def _scan(cell: str, names: tuple[str, ...], inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None) -> torch.Tensor:
+    inputs, h0 = _autocast(inputs, h0)
     _check(names, inputs, h0)
     return library.scan_op(cell, inputs, None if h0 is None else h0.contiguous())
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-    """h_t = a_t * h_{t-1} + b_t over time. a, b: [B, T, D]; h0: [B, D] or None (zeros). Returns h: [B, T, D]."""
+    """h_t = a_t * h_{t-1} + b_t over time. a, b: [B, T, D]; h0: [B, D] or None (zeros). Returns h: [B, T, D].
+
+    Under torch.autocast inputs of mixed dtypes are promoted to the widest of them (decays made in fp32 stay
+    fp32), and h0 follows them; min_gru and min_lstm scan their projections in the autocast dtype."""
     return _scan("linear", ("a", "b"), (a, b), h0)
 
 
@@ -72,7 +90,7 @@ def _project(x: torch.Tensor, weights: dict[str, torch.Tensor]) -> list[torch.Te
         if w.shape != first.shape:
             raise ValueError(f"{name} is {tuple(w.shape)} but {first_name} is {tuple(first.shape)}; the weights share "
                              "one [H, D_in]")
-        if w.dtype != x.dtype or w.device != x.device:
+        if (w.dtype != x.dtype and not mixes(x.device, w.dtype, x.dtype)) or w.device != x.device:
             raise TypeError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}; use one dtype and "
                             "device (convert x, or the weights / module with .to(...))")
     if x.shape[-1] != first.shape[1]:

@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from ..autocast import mixes
 from ..validation import check_positive_ints
 from .api import min_gru, min_lstm
 
@@ -24,7 +25,7 @@ def _check_step(x_t: torch.Tensor, h: torch.Tensor | None, hidden_size: int) -> 
     if not isinstance(h, torch.Tensor) or h.shape != (x_t.shape[0], hidden_size):
         shape = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
         raise ValueError(f"step takes h: [B, H] = [{x_t.shape[0]}, {hidden_size}], got {shape}")
-    if h.dtype != x_t.dtype or h.device != x_t.device:
+    if (h.dtype != x_t.dtype and not mixes(x_t.device, h.dtype, x_t.dtype)) or h.device != x_t.device:
         raise TypeError(f"h is {h.dtype} on {h.device}; it must match x_t ({x_t.dtype} on {x_t.device})")
 
 

@@ -146,6 +146,52 @@ def test_time_major_input_and_full_lengths():
         torch.testing.assert_close((output, h_n), (expected, h_ref), **F64)
 
 
+@pytest.mark.parametrize("twin, cls", TWINS, ids=TWIN_IDS)
+@pytest.mark.parametrize("enforce_sorted", [False, True], ids=["any-order", "sorted"])
+def test_packed_sequences_match_torch(twin, cls, enforce_sorted):
+    """A PackedSequence in, a PackedSequence out laid out as torch's (data, batch sizes, sequence order), the last
+    states in the batch's own order, and gradients through the packing."""
+    torch.manual_seed(11)
+    reference = twin(3, 4, num_layers=2, bidirectional=True, batch_first=True, dtype=torch.float64)
+    flash = cls.from_torch(reference, backend="reference")
+    lengths = [6, 5, 5, 2, 1] if enforce_sorted else [5, 1, 6, 5, 2]  # ties included
+    x = torch.randn(5, 6, 3, dtype=torch.float64, requires_grad=True)
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=enforce_sorted)
+    states = tuple(torch.randn(4, 5, 4, dtype=torch.float64) for _ in range(2 if twin is nn.LSTM else 1))
+    states = states if len(states) > 1 else states[0]
+
+    expected, expected_last = reference(packed, states)
+    output, last = flash(packed, states)
+    assert isinstance(output, nn.utils.rnn.PackedSequence)
+    assert torch.equal(output.batch_sizes, expected.batch_sizes)
+    for got, want in ((output.sorted_indices, expected.sorted_indices),
+                      (output.unsorted_indices, expected.unsorted_indices)):
+        assert (got is None and want is None) or torch.equal(got, want)
+    torch.testing.assert_close(output.data, expected.data, **F64)
+    torch.testing.assert_close(_as_tuple(last), _as_tuple(expected_last), **F64)
+    upstream = torch.randn_like(expected.data)
+    (want,) = torch.autograd.grad(expected.data, x, upstream, retain_graph=True)  # the packing is shared
+    (got,) = torch.autograd.grad(output.data, x, upstream)
+    torch.testing.assert_close(got, want, **F64)
+
+
+@pytest.mark.parametrize("twin, cls", TWINS, ids=TWIN_IDS)
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_unbatched_sequences_match_torch(twin, cls, batch_first):
+    """x [T, input_size] and states [num_layers * D, H], as torch.nn's RNNs take one sequence."""
+    torch.manual_seed(12)
+    reference = twin(3, 4, num_layers=2, bidirectional=True, batch_first=batch_first, dtype=torch.float64)
+    flash = cls.from_torch(reference, backend="reference")
+    x = torch.randn(6, 3, dtype=torch.float64)
+    states = tuple(torch.randn(4, 4, dtype=torch.float64) for _ in range(2 if twin is nn.LSTM else 1))
+    for given in (None, states if len(states) > 1 else states[0]):
+        expected, expected_last = reference(x, given)
+        output, last = flash(x, given)
+        assert output.shape == (6, 8)
+        torch.testing.assert_close(output, expected, **F64)
+        torch.testing.assert_close(_as_tuple(last), _as_tuple(expected_last), **F64)
+
+
 def test_dropout_between_layers_only_while_training():
     torch.manual_seed(10)
     reference = nn.LSTM(3, 4, num_layers=2, dropout=1.0, batch_first=True, dtype=torch.float64)
@@ -237,8 +283,15 @@ def test_bad_states():
         slstm(X, (torch.zeros(1, 3, 4),) * 2)
     with pytest.raises(ValueError, match=r"m_0 must have shape .* = \[1, 3, 4\], got \[3, 4\]"):
         slstm(X, (torch.zeros(1, 3, 4),) * 3 + (torch.zeros(3, 4),))
-    with pytest.raises(ValueError, match=r"x must be \[B, T, input_size\] with input_size=2, got shape \[6, 2\]"):
-        gru(X[0])
+    with pytest.raises(ValueError, match=r"x must be \[B, T, input_size\] with input_size=2, got shape \[1, 3, 6, 2\]"):
+        gru(X[None])
+    with pytest.raises(ValueError, match=r"unbatched x \[T, input_size\] takes 2-D states .* got \[2, 1, 4\]"):
+        gru(X[0], torch.zeros(2, 1, 4))
+    with pytest.raises(ValueError, match=r"lengths= needs a batch"):
+        gru(X[0], lengths=[6])
+    packed = nn.utils.rnn.pack_padded_sequence(X, [6, 3, 2], batch_first=True)
+    with pytest.raises(ValueError, match=r"a PackedSequence carries its own lengths"):
+        gru(packed, lengths=[6, 3, 2])
 
 
 @pytest.mark.parametrize(
