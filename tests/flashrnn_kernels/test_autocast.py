@@ -131,3 +131,18 @@ def test_min_rnns_scan_their_projections_in_the_autocast_dtype(device, dtype, mo
         with torch.autocast(device, dtype=dtype):
             k, h_pre = x @ module.W_z.t(), x @ module.W_h.t()
         torch.testing.assert_close(full, min_gru_scan(k, h_pre, h0.to(dtype)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("module_type", [FlashLSTM, MinGRU])
+def test_compiled_modules_under_autocast_match_eager(module_type):
+    """torch.compile(fullgraph=True) traces the autocast decisions (aot_eager: the graph, not inductor's code)."""
+    torch._dynamo.reset()
+    torch.manual_seed(26)
+    model = module_type(8, 16)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = compiled(x), model(x)
+    got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    torch._dynamo.reset()
