@@ -6,7 +6,7 @@ avoids re-solving one part for every choice made in another (and a part without 
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from .check import predicates, verifier
 from .errors import SolverBug
@@ -82,6 +82,16 @@ def product(parts: Sequence[Replay]) -> Iterator[tuple]:
             yield (head,) + tail
 
 
+def _groups(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
+            deadline: float | None) -> tuple[list[bool], list[list[int]]] | None:
+    """(which user variables root propagation fixes, the groups of the others as `split` makes them), or None when
+    propagation refutes the model."""
+    if not root_fixpoint(store, props, deadline):
+        return None
+    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
+    return fixed, split(constraints, fixed)
+
+
 def independent_parts(constraints: Sequence[Constraint], store: Store, props: list, n_user: int,
                       deadline: float | None = None) -> list[list[Constraint]]:
     """The constraints of each component after root propagation, each list with the constraints whose variables
@@ -90,10 +100,10 @@ def independent_parts(constraints: Sequence[Constraint], store: Store, props: li
     A part holds every constraint that narrows its variables, so when a part has no solution (tested, not
     assumed: a constraint of another part may have fixed one of its variables) it explains the model's.
     """
-    if not root_fixpoint(store, props, deadline):
+    found = _groups(store, props, n_user, constraints, deadline)
+    if found is None:
         return []
-    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
-    groups = [set(g) for g in split(constraints, fixed)]
+    groups = [set(g) for g in found[1]]
     if len(groups) < 2:
         return [list(constraints)]
     home = [next((k for k, g in enumerate(groups) for v in c.variables().values() if v.index in g), -1)
@@ -102,31 +112,43 @@ def independent_parts(constraints: Sequence[Constraint], store: Store, props: li
             if k in home]
 
 
+def _components(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
+                domains: Sequence[tuple[int, int, frozenset | None]], deadline: float | None,
+                block_rows: int) -> list[tuple[list[int], list[Constraint], Callable]] | None:
+    """(variable group, its constraints, their verifier) per component after root propagation, with the
+    constraints it fixes verified; None when propagation refutes the model."""
+    found = _groups(store, props, n_user, constraints, deadline)
+    if found is None:
+        return None
+    fixed, groups = found
+    ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
+    verifier(ground, domains, compiled=False)(tuple(store.lo[:n_user]))
+    compiled = block_rows > 0  # enumerating: many candidates to check, worth compiling the checks
+    checks = predicates(constraints) if compiled and len(groups) > 1 else {}
+    components = []
+    for group in groups:
+        inside = set(group)
+        local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
+        components.append((group, local, _local_verifier(local, checks, domains, compiled, len(groups))))
+    return components
+
+
 def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
                 domains: Sequence[tuple[int, int, frozenset | None]], order: list[tuple[int, str]],
                 time_limit: float | None, block_rows: int) -> Iterator[tuple[int, ...]]:
     """Every solution (values of the user variables), verified; preferred order within each component."""
     deadline = deadline_after(time_limit)
-    if not root_fixpoint(store, props, deadline):
+    components = _components(store, props, n_user, constraints, domains, deadline, block_rows)
+    if components is None:
         return
-    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
     base = tuple(store.lo[:n_user])
-    groups = split(constraints, fixed)
-    ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
-    verifier(ground, domains, compiled=False)(base)
-    compiled = block_rows > 0  # enumerating: many candidates to check, worth compiling the checks
-    checks = predicates(constraints) if compiled and len(groups) > 1 else {}
-    if not groups:
+    if not components:
         yield base
         return
-    searches = []
-    for group in groups:
-        inside = set(group)
-        local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
-        searches.append(Search(store.copy() if len(groups) > 1 else store, props, n_user, order,
-                               time_limit=seconds_left(deadline), constraints=local, block_rows=block_rows,
-                               verify=_local_verifier(local, checks, domains, compiled, len(groups)),
-                               domains=domains, component=group))
+    searches = [Search(store.copy() if len(components) > 1 else store, props, n_user, order,
+                       time_limit=seconds_left(deadline), constraints=local, block_rows=block_rows, verify=verify,
+                       domains=domains, component=group)
+                for group, local, verify in components]
     if len(searches) == 1:
         yield from searches[0].run(root=False)
         return
@@ -135,7 +157,7 @@ def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
         return
     for combo in product(parts):
         values = list(base)
-        for group, sol in zip(groups, combo):
+        for (group, _, _), sol in zip(components, combo):
             for i in group:
                 values[i] = sol[i]
         yield tuple(values)
@@ -146,23 +168,15 @@ def count_parts(store: Store, props: list, n_user: int, constraints: Sequence[Co
                 block_rows: int) -> int:
     """The number of solutions: the product of the components' counts."""
     deadline = deadline_after(time_limit)
-    if not root_fixpoint(store, props, deadline):
+    components = _components(store, props, n_user, constraints, domains, deadline, block_rows)
+    if components is None:
         return 0
-    fixed = [store.lo[i] == store.hi[i] for i in range(n_user)]
-    groups = split(constraints, fixed)
-    ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
-    verifier(ground, domains, compiled=False)(tuple(store.lo[:n_user]))
-    compiled = block_rows > 0
-    checks = predicates(constraints) if compiled and len(groups) > 1 else {}
     total = 1
-    for group in groups:
-        inside = set(group)
-        local = [c for c in constraints if any(v.index in inside for v in c.variables().values())]
+    for group, local, verify in components:
         if not local:  # variables no constraint mentions
             for i in group:
                 total *= store.size(i)
             continue
-        verify = _local_verifier(local, checks, domains, compiled, len(groups))
         search = Search(store.copy(), props, n_user, [], time_limit=seconds_left(deadline), constraints=local,
                         block_rows=block_rows, verify=verify, domains=domains, component=group)
         total *= search.count(root=False)
