@@ -9,11 +9,11 @@ import warnings
 import torch
 from torch import Tensor
 
+from .autocast import autocast_dtype, cast_eligible
 from .cells import CELLS, CellSpec, get_cell
 from .fused.problem import HEAD_DIMS
 from .fused.reference import flashrnn_reference
 from .library import flashrnn_op
-from .autocast import autocast_dtype, cast_eligible
 from .validation import (
     FUSED_DTYPES,
     Shape,

@@ -169,7 +169,7 @@ def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cel
 
 
 @torch.library.custom_op("flashrnn_kernels::flashrnn_backward", mutates_args=(), device_types="cpu")
-@autocast_off  # a backward run under autocast keeps the products' dtypes (as both backward implementations)
+@autocast_off  # a backward called under autocast keeps its products' dtypes (both implementations)
 def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor, gates_save: Tensor,
                       states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
                       backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -41,16 +41,16 @@ def _check(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...], h0: torch.
                             f"{first.device})")
 
 
-def _autocast(inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None):
-    """Under torch.autocast, inputs of mixed dtypes promoted to the widest of them and h0 cast to it (inputs of
-    one dtype keep it): (inputs, h0)."""
+def _autocast(inputs: tuple[torch.Tensor, ...],
+              h0: torch.Tensor | None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+    """(inputs, h0) as the scan takes them: under torch.autocast, inputs of mixed dtypes promoted to the widest of
+    them and h0 cast to it (inputs of one dtype keep it); unchanged otherwise."""
     first = inputs[0]
     if not isinstance(first, torch.Tensor) or autocast_dtype(first.device) is None:
         return inputs, h0
     if not all(isinstance(t, torch.Tensor) and t.dtype in ELIGIBLE for t in inputs):
         return inputs, h0  # _check reports what is wrong
-    dtypes = [t.dtype for t in inputs]
-    dtype = widest(dtypes)
+    dtype = widest([t.dtype for t in inputs])
     return tuple(t.to(dtype) for t in inputs), h0 if not isinstance(h0, torch.Tensor) else cast_eligible(h0, dtype)
 
 
