@@ -58,7 +58,7 @@ def cases() -> dict:
     bias = torch.randn(4, NH, DH, device="cuda", dtype=torch.bfloat16) * 0.1
     empty = torch.empty(1, device="cuda")
     p = device_plan("linear", a, "forward")
-    kernel, y = _kernel(p), torch.empty_like(a)
+    kernel, y = _kernel(p, a.device.index), torch.empty_like(a)
     lanes, segments = 8 * p.d_tiles(1536), p.segments(8 * p.d_tiles(1536), p.chunks(256))
     words = torch.zeros(2, lanes * segments * p.tile, device="cuda", dtype=torch.int64)
     args = (a, b, None, None, None, None, y, None, None, None, *words, 256, 1536, p.d_tiles(1536), lanes, segments)

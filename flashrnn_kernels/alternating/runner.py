@@ -58,11 +58,9 @@ class Key:
 
 @functools.lru_cache(maxsize=64)
 def _kernels(cell: str, dtype: torch.dtype, device: int) -> tuple[Any, Any]:
-    import cupy
-
-    with cupy.cuda.Device(device):
-        source = render(cell, dtype)
-        return get_kernel(source, KERNEL_NAMES["forward"]), get_kernel(source, KERNEL_NAMES["backward"])
+    source = render(cell, dtype)
+    return (get_kernel(source, KERNEL_NAMES["forward"], device=device),
+            get_kernel(source, KERNEL_NAMES["backward"], device=device))
 
 
 def _i64(value: int) -> np.int64:

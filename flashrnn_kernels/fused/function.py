@@ -43,10 +43,11 @@ _MAX_GRID_Y = 65535
 
 
 @functools.lru_cache(maxsize=256)
-def _kernel(found: KernelPlan) -> Any:
-    kernel = get_kernel(render(found), found.kernel_name, dynamic_smem=found.smem_bytes)
+def _kernel(found: KernelPlan, device: int) -> Any:
+    """The plan's kernel on CUDA device `device`, its function attributes set there."""
+    kernel = get_kernel(render(found), found.kernel_name, dynamic_smem=found.smem_bytes, device=device)
     if found.nonportable_cluster:
-        _allow_nonportable_cluster(kernel)
+        _allow_nonportable_cluster(kernel, device)
     return kernel
 
 
@@ -63,17 +64,20 @@ class _Launch:
     clustered: bool  # cluster dimensions compiled in as well (pairs of blocks of the partial-sum backward)
 
 
-def _allow_nonportable_cluster(kernel: Any) -> None:
-    """Clusters above the portable size (8 on sm_90) need a per-function opt-in that CuPy does not wrap."""
+def _allow_nonportable_cluster(kernel: Any, device: int) -> None:
+    """Clusters above the portable size (8 on sm_90) need a per-function opt-in (on `device`'s function) that CuPy
+    does not wrap."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        function = kernel.kernel.ptr
     try:
         from cuda.bindings import driver
     except ImportError:
-        import cupy
-
-        cupy.cuda.driver.funcSetAttribute(kernel.kernel.ptr, _NON_PORTABLE_CLUSTER_ATTRIBUTE, 1)
+        cupy.cuda.driver.funcSetAttribute(function, _NON_PORTABLE_CLUSTER_ATTRIBUTE, 1)
         return
     attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-    (err,) = driver.cuFuncSetAttribute(driver.CUfunction(kernel.kernel.ptr), attribute, 1)
+    (err,) = driver.cuFuncSetAttribute(driver.CUfunction(function), attribute, 1)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed: {err}")
 
@@ -95,7 +99,7 @@ def _cached_launch(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, inde
             raise RuntimeError("exchange 'pairs' launches clustered and cooperative blocks through cuLaunchKernelEx, "
                                "which needs the cuda-bindings package (pip install cuda-bindings)")
         found = plan(cell, B, NH, DH, dtype, gpu=gpu, direction=direction, exchange="partials")
-    return _Launch(_kernel(found), found.grid(B), found.block, found.smem_bytes, found.scratch_bytes(B),
+    return _Launch(_kernel(found, index), found.grid(B), found.block, found.smem_bytes, found.scratch_bytes(B),
                    found.exchange_bytes(B), found.pair_blocks > 1)
 
 

@@ -105,9 +105,16 @@ def allow_dynamic_smem(kernel: Any, dynamic_smem: int) -> Any:
     return kernel
 
 
-def get_kernel(source: str, name: str, options: tuple[str, ...] = (), dynamic_smem: int = 0) -> Any:
-    """A `cupy.RawKernel` from a compiled module, allowed `dynamic_smem` bytes of dynamic shared memory."""
-    return allow_dynamic_smem(load_module(source, options).get_function(name), dynamic_smem)
+def get_kernel(source: str, name: str, options: tuple[str, ...] = (), dynamic_smem: int = 0,
+               device: int | None = None) -> Any:
+    """A `cupy.RawKernel` from a module compiled for CUDA device `device` (default: the current one), allowed
+    `dynamic_smem` bytes of dynamic shared memory there.
+
+    A kernel's attributes belong to its function on one device (CuPy loads a module once per device and sets an
+    attribute on the current device's function), so a kernel launched on several devices is fetched once for each."""
+    cupy = _cupy()
+    with cupy.cuda.Device(device):
+        return allow_dynamic_smem(load_module(source, options).get_function(name), dynamic_smem)
 
 
 def _compile_only(source: str, options: tuple[str, ...]) -> None:

@@ -44,14 +44,14 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
 
 
 @functools.cache
-def _kernel(p: ScanPlan):
-    return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.stage_bytes)
+def _kernel(p: ScanPlan, device: int):
+    return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.stage_bytes, device=device)
 
 
 class _Launch(NamedTuple):
     """What one launch of a plan on [B, T, D] needs besides its tensors, worked out once per shape."""
 
-    kernel: object  # the plan's compiled kernel (`_kernel`)
+    kernel: object  # the plan's compiled kernel on the launch's device (`_kernel`)
     grid: tuple[int]
     block: tuple[int, int]
     shared_mem: int
@@ -66,12 +66,12 @@ _launches: dict[tuple, _Launch] = {}
 _LAUNCHES_KEPT = 4096
 
 
-def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int) -> _Launch:
+def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: int) -> _Launch:
     d_tiles = p.d_tiles(D)
     lanes = B * d_tiles
     segments = p.segments(lanes, p.chunks(T))
-    return _Launch(_kernel(p), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes, p.vec * element_size,
-                   d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
+    return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
+                   p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
 
 
 def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
@@ -83,7 +83,8 @@ def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
         if len(_launches) >= _LAUNCHES_KEPT:
             _launches.clear()
         B, T, D = x.shape
-        found = _launches[key] = _launch_of(device_plan(cell, x, direction), B, T, D, x.element_size())
+        found = _launches[key] = _launch_of(device_plan(cell, x, direction), B, T, D, x.element_size(),
+                                            x.device.index)
     return found
 
 
@@ -153,7 +154,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     grad_h0 = torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None else None
     if x.numel() == 0:  # nothing to launch; with no steps h does not depend on h0
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
-    run = (_launch_of(kernel_plan, B, T, D, x.element_size()) if kernel_plan is not None
+    run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index) if kernel_plan is not None
            else _device_launch(cell, direction, x))
     access = run.access
     inputs = tuple(_aligned(t, access) for t in inputs)

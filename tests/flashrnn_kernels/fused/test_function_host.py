@@ -18,7 +18,7 @@ def recorded(monkeypatch):
     launches: list[dict] = []
     compiled: list[str] = []
 
-    def fake_kernel(source, name, dynamic_smem=0):
+    def fake_kernel(source, name, dynamic_smem=0, device=None):
         compiled.append(name)
         return ("kernel", name, dynamic_smem)
 
@@ -29,7 +29,8 @@ def recorded(monkeypatch):
     monkeypatch.setattr(function, "get_kernel", fake_kernel)
     monkeypatch.setattr(function, "launch", fake_launch)
     monkeypatch.setattr(function, "_device_gpu", lambda index: "H200")
-    monkeypatch.setattr(function, "_allow_nonportable_cluster", lambda kernel: compiled.append("cluster opt-in"))
+    monkeypatch.setattr(function, "_allow_nonportable_cluster",
+                        lambda kernel, device: compiled.append("cluster opt-in"))
     function._cached_launch.cache_clear()
     function._kernel.cache_clear()
     yield launches, compiled

@@ -124,7 +124,7 @@ def test_sm80_code_matches_float64_here(monkeypatch, tmp_path, cell, dtype, B, T
     for direction in ("forward", "backward"):
         assert plan(cell, B, NH, DH, dtype, gpu=a100, direction=direction).global_exchange
     monkeypatch.setattr(function, "_device_gpu", lambda index: a100)
-    monkeypatch.setattr(function, "_kernel", lambda found: compute_80_kernel(found, tmp_path))
+    monkeypatch.setattr(function, "_kernel", lambda found, device: compute_80_kernel(found, tmp_path))
     function._cached_launch.cache_clear()
     try:
         out, ref = run_both(B, T, NH, DH, DTYPES[dtype], cell=cell)
@@ -178,6 +178,38 @@ def test_runs_on_the_current_stream():
         h, _ = flashrnn_fused(Wx, R, b, states, "lstm")
     stream.synchronize()
     assert torch.equal(h, expected)
+
+
+@pytest.mark.parametrize("NH,DH", [(12, 64), (1, 768)])  # a head per block; a head split over blocks through L2
+def test_forward_and_backward_replay_from_a_cuda_graph(NH, DH):
+    """A captured forward + backward (the split head's cooperative launches and their zeroed exchange buffers
+    included) replays with the results of eager calls on each new input."""
+    static = [t.requires_grad_() for t in make_inputs(16, 64, NH, DH, torch.bfloat16)]
+    upstream = torch.randn(16, 64, NH, DH, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        h, last = flashrnn_fused(*static, "lstm")
+        return (h, last, *torch.autograd.grad(h, static, upstream))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (plans, compiles) before capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    for _ in range(2):
+        with torch.no_grad():
+            for t, v in zip(static, make_inputs(16, 64, NH, DH, torch.bfloat16)):
+                t.copy_(v)
+            upstream.copy_(torch.randn_like(upstream))
+            for o in outs:
+                o.fill_(float("nan"))
+        graph.replay()
+        expected = step()
+        for k, (a, b) in enumerate(zip(outs, expected)):
+            assert torch.equal(a, b), f"result {k} of the replay differs from an eager call"
 
 
 def test_bad_inputs_raise_clear_errors():

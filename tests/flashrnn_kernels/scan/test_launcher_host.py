@@ -12,7 +12,7 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
     gpu = hwmodels.load("H200-SXM-141GB")
     calls = []
     monkeypatch.setattr(function, "_device_gpu", lambda index: gpu)
-    monkeypatch.setattr(function, "_kernel", lambda plan: plan)
+    monkeypatch.setattr(function, "_kernel", lambda plan, device: plan)
     monkeypatch.setattr(function, "current_stream_handle", lambda index: 0)
     monkeypatch.setattr(function, "_workspaces", {})
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
