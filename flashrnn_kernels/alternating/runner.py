@@ -138,6 +138,7 @@ class Runner:
         """Run the sequence on copies of the inputs; returns fresh (h, last_states), and with `saves` (a training
         runner) also copies of the saved gate values [B, T, G, NH, DH] and non-h states [S-1, B, T+1, NH, DH] (fp32).
         `poison` fills every buffer the steps write with NaN first (tests: an element left unwritten shows up)."""
+        _check_not_capturing()
         torch.cuda.current_stream().wait_event(self.done)
         if poison:
             _poison(self.h, self.last, self.pre, self.s, self.gates)
@@ -198,6 +199,7 @@ class Runner:
         """Gradients (dWx, dR, db, d_states), fresh tensors in the storage dtype, for the last forward, or for the
         forward whose (R, states, h, gate values, non-h states) `restore` gives back (as `forward(saves=True)`
         returned them)."""
+        _check_not_capturing()
         if not self.key.training:
             raise RuntimeError("this runner ran an inference forward; it saved nothing for a backward pass")
         if not self.backward_buffers:
@@ -223,6 +225,15 @@ class Runner:
         d_states = self.d_states.clone()
         self.done.record()
         return d_wx, d_r, d_b, d_states
+
+
+def _check_not_capturing() -> None:
+    """A runner replays (or captures) a CUDA graph of its own, and a graph cannot be launched or captured inside
+    another capture (torch.cuda.graph, torch.compile's mode="reduce-overhead")."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("the alternating backend cannot run inside a CUDA graph capture (torch.cuda.graph, or "
+                           "torch.compile with mode='reduce-overhead'): it replays a CUDA graph of its own, one launch "
+                           "per call already; call it outside the capture, or compile without CUDA graphs")
 
 
 def _poison(*buffers: Tensor | None) -> None:

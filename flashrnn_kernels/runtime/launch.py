@@ -167,7 +167,7 @@ class _StreamHandle:
         return 0, self.handle
 
 
-def _external_stream(index: int, handle: int) -> Any:
+def cupy_stream(index: int, handle: int) -> Any:
     """The CuPy view of a raw stream of device `index`, made once per (device, stream handle): through
     `cupy.cuda.Stream.from_external` where CuPy has it (it deprecates `ExternalStream` from 14.2), else
     `ExternalStream`. Callers use it inside `cupy.cuda.Device(index)` or on the current device, its own."""
@@ -253,7 +253,7 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
     if cooperative:
         try:
             with cupy.cuda.Device(index):
-                kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle),
+                kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, cupy_stream(index, handle),
                               enable_cooperative_groups=True)
         except (ValueError, cupy.cuda.driver.CUDADriverError) as exc:  # CuPy's grid check, or the driver's
             if isinstance(exc, cupy.cuda.driver.CUDADriverError) and "COOPERATIVE_LAUNCH_TOO_LARGE" not in str(exc):
@@ -261,7 +261,7 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
             raise _too_large(kernel, grid, f": {exc}") from exc
         return
     if cupy.cuda.runtime.getDevice() != index:
-        with cupy.cuda.Device(index), _external_stream(index, handle):
+        with cupy.cuda.Device(index), cupy_stream(index, handle):
             kernel(tuple(grid), tuple(block), as_args(args), shared_mem=shared_mem)
         return
     prepared = _param_block(cupy, kernel, index, tuple(map(type, args)))
@@ -271,7 +271,7 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
         except (struct.error, OverflowError):  # out of int32 / float32 range: as_args below raises or converts
             prepared = None
     if prepared is None:
-        kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, _external_stream(index, handle))
+        kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, cupy_stream(index, handle))
         return
     cupy.cuda.driver.launchKernel(prepared.handle, *_launch_dims(grid, block), shared_mem, handle,
                                   prepared.kernel_params, 0)

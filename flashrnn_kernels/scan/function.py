@@ -17,7 +17,7 @@ import torch
 
 from ..runtime.compile import get_kernel
 from ..runtime.device import device_gpu as _device_gpu
-from ..runtime.launch import current_stream_handle, launch
+from ..runtime.launch import cupy_stream, current_stream_handle, launch
 from .plan import ScanPlan, plan
 from .problem import ScanProblem, bucket
 
@@ -88,6 +88,18 @@ def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
     return found
 
 
+def _zeroed_words(device: torch.device, stream: int, words: int) -> torch.Tensor:
+    """[2, words] int64 zeros for the workspace of raw stream handle `stream`. On a GPU the memory comes from CuPy's
+    pool, zeroed on that stream, and not from torch's caching allocator: a CUDA graph pool that collects the
+    allocations of eager warm-up calls (torch.compile's cudagraph trees) must not find the workspace live in it."""
+    if device.type != "cuda":
+        return torch.zeros(2, words, device=device, dtype=torch.int64)
+    import cupy
+
+    with cupy.cuda.Device(device.index), cupy_stream(device.index, stream):
+        return torch.from_dlpack(cupy.zeros((2, words), dtype=cupy.int64))
+
+
 class StreamWorkspace:
     """The published words of split lanes on one stream (int64: each segment's map a, b per channel), reused by
     every launch on the stream.
@@ -96,9 +108,9 @@ class StreamWorkspace:
     an older epoch, which the kernel reads as "not yet published". The words are zeroed only when the buffer grows
     or the epoch counter wraps."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.words = torch.zeros(2, 2, device=device, dtype=torch.int64)
+    def __init__(self, device: torch.device, stream: int = 0):
+        self.device, self.stream = device, stream
+        self.words = _zeroed_words(device, stream, 2)
         self.maps = tuple(self.words)
         self.epoch = 0
 
@@ -106,7 +118,7 @@ class StreamWorkspace:
         """(the two word arrays (a, b), epoch) for one launch needing `words` words per array."""
         words = _even(words)
         if self.words.shape[1] < words:
-            self.words = torch.zeros(2, max(words, 2 * self.words.shape[1]), device=self.device, dtype=torch.int64)
+            self.words = _zeroed_words(self.device, self.stream, max(words, 2 * self.words.shape[1]))
             self.maps = tuple(self.words)
             self.epoch = 0
         self.epoch += 1
@@ -133,7 +145,7 @@ def _workspace(device: torch.device, stream: int, words: int) -> tuple[tuple[tor
     key = (device.index, stream)
     ws = _workspaces.get(key)
     if ws is None:
-        ws = _workspaces[key] = StreamWorkspace(device)
+        ws = _workspaces[key] = StreamWorkspace(device, stream)
     return ws.take(words)
 
 

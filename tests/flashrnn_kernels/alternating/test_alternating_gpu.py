@@ -124,6 +124,18 @@ def test_runs_on_the_current_stream():
     assert torch.equal(h, expected)
 
 
+def test_a_capture_around_it_raises_a_clear_error():
+    """Its own graph cannot be launched inside another capture: the call says so before touching the stream."""
+    Wx, R, b, states = make_inputs("lstm", 8, 20, 2, 64, torch.bfloat16)
+    flashrnn_alternating(Wx, R, b, states, "lstm")  # a runner with its graph
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="cannot run inside a CUDA graph capture"):
+        with torch.cuda.graph(graph):
+            flashrnn_alternating(Wx, R, b, states, "lstm")
+    h, _ = flashrnn_alternating(Wx, R, b, states, "lstm")  # the runner still works afterwards
+    assert torch.isfinite(h.float()).all()
+
+
 def test_bad_inputs_raise_clear_errors():
     Wx, R, b, states = make_inputs("lstm", 2, 3, 2, 32, torch.bfloat16)
     with pytest.raises(ValueError, match="R must have shape"):
