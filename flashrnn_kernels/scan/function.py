@@ -88,6 +88,7 @@ def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
     return found
 
 
+@torch.inference_mode(False)  # a normal tensor: zeroed in place again when the epochs wrap, in any grad mode
 def _zeroed_words(device: torch.device, stream: int, words: int) -> torch.Tensor:
     """[2, words] int64 zeros for the workspace of raw stream handle `stream`. On a GPU the memory comes from CuPy's
     pool, zeroed on that stream, and not from torch's caching allocator: a CUDA graph pool that collects the

@@ -39,3 +39,15 @@ def test_both_word_arrays_start_16_byte_aligned():
     for words in (1, 3, 7, 33, 129, 4, 1001):
         maps, _ = ws.take(words)
         assert all(m.numel() >= words and m.data_ptr() % 16 == 0 for m in maps), words
+
+
+def test_a_workspace_made_under_inference_mode_wraps_outside_it():
+    """The words are normal tensors whatever the grad mode of the call that made them: zeroing them in place later,
+    outside inference mode, is allowed."""
+    with torch.inference_mode():
+        ws = StreamWorkspace(torch.device("cpu"))
+        ws.take(10)
+    assert not ws.words.is_inference()
+    ws.epoch = EPOCH_LIMIT - 1
+    maps, epoch = ws.take(10)
+    assert epoch == 1 and not any(m.any() for m in maps)
