@@ -4,6 +4,7 @@ chained fused cells. Inputs are drawn on the CPU, so every device gets the same 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -70,3 +71,17 @@ CASES: dict[str, Callable[[str], Run]] = {
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double().cpu() - b.double().cpu()).abs().max().item()
+
+
+def captured(step: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """(graph, outputs) of `step` captured on the current device, after one warm-up call on a side stream (plans
+    and compiles happen there, outside the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    return graph, outputs

@@ -10,7 +10,7 @@ import torch
 
 from flashrnn_kernels import flashrnn, linear_scan
 
-from .gpu_cases import CASES, max_difference, recurrent, scan
+from .gpu_cases import CASES, captured, max_difference, recurrent, scan
 
 pytestmark = pytest.mark.gpu
 
@@ -65,14 +65,7 @@ def test_graph_captured_on_second_device(op):
                       0.5 * torch.randn(2, 16, 1, 768, device=device, dtype=torch.bfloat16)]
             forward = lambda: flashrnn(*inputs, cell="lstm", backend="fused")[0]  # noqa: E731
         run_eager()  # plans and compiles on this device first
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            forward()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = forward()
+        graph, out = captured(forward)
         for _ in range(2):
             for t in inputs:
                 t.copy_(t.roll(1, dims=1) * 0.9)

@@ -18,6 +18,7 @@ from flashrnn_kernels.fused.plan import plan
 from flashrnn_kernels.runtime.codegen import render
 from flashrnn_kernels.runtime.compile import allow_dynamic_smem
 from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
+from tests.flashrnn_kernels.gpu_cases import captured
 from tests.nvcc import compile_ptx, requires_nvcc
 from tests.tolerances import TOLERANCES
 
@@ -191,14 +192,7 @@ def test_forward_and_backward_replay_from_a_cuda_graph(NH, DH):
         h, last = flashrnn_fused(*static, "lstm")
         return (h, last, *torch.autograd.grad(h, static, upstream))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (plans, compiles) before capture
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = step()
+    graph, outs = captured(step)
     for _ in range(2):
         with torch.no_grad():
             for t, v in zip(static, make_inputs(16, 64, NH, DH, torch.bfloat16)):

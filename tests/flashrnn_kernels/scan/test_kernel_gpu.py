@@ -9,6 +9,7 @@ import torch
 
 from flashrnn_kernels.library import scan_backward
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference
+from tests.flashrnn_kernels.gpu_cases import captured
 from tests.tolerances import relative_error
 
 pytestmark = pytest.mark.gpu
@@ -197,14 +198,7 @@ def test_graph_replays_match_reference(name):
         h = op(*static, h0)
         return (h, *torch.autograd.grad(h, [*static, h0], dy))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (plans, compiles) before capture
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = step()
+    graph, outs = captured(step)
     for _ in range(3):
         with torch.no_grad():
             for t, v in zip(static, _random_inputs(name, B, T, D)):
