@@ -18,8 +18,7 @@ def _output_and_grads(module: torch.nn.Module, x: torch.Tensor, upstream: torch.
     """Output, then the gradients of x and every parameter; `reentrant` None: no checkpoint."""
     leaf = x.detach().requires_grad_()
     module.zero_grad(set_to_none=True)
-    run = lambda inp: module(inp)  # noqa: E731
-    out = run(leaf) if reentrant is None else checkpoint(run, leaf, use_reentrant=reentrant)
+    out = module(leaf) if reentrant is None else checkpoint(module, leaf, use_reentrant=reentrant)
     out = out[0] if isinstance(out, tuple) else out
     out.backward(upstream)
     return [out.detach(), leaf.grad, *(p.grad for p in module.parameters())]

@@ -22,7 +22,8 @@ def _two_of_a_kind() -> str | None:
     return None if len(names) == 1 else f"cuda:0 and cuda:1 differ ({sorted(names)}): their plans may differ"
 
 
-needs_two = pytest.mark.skipif(_two_of_a_kind() is not None, reason=str(_two_of_a_kind()))
+_NOT_TWO = _two_of_a_kind()
+needs_two = pytest.mark.skipif(_NOT_TWO is not None, reason=str(_NOT_TWO))
 
 
 @functools.cache
