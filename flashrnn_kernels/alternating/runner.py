@@ -78,6 +78,7 @@ def _bmm(a: Tensor, b: Tensor, out: Tensor) -> None:
 class Runner:
     """Buffers and graphs of one Key. Not thread-safe; used on one stream at a time (ordered by an event)."""
 
+    @torch.inference_mode(False)  # normal tensors: calls in any grad mode write them in place
     def __init__(self, key: Key):
         self.key = key
         spec = get_cell(key.cell)
@@ -156,6 +157,7 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------ backward
 
+    @torch.inference_mode(False)
     def _allocate_backward(self) -> None:
         B, T, NH, DH = self.key.batch, self.key.steps, self.key.num_heads, self.key.head_dim
         e = {"device": self.h.device, "dtype": self.key.dtype}
