@@ -136,23 +136,27 @@ EOF
                 SUMMARY+=("sanitize=missing")
                 continue
             fi
-            # Five cases: the fused LSTM with one block per head (the default), one head of 256 split over a
+            # Six cases: the fused LSTM with one block per head (the default), one head of 256 split over a
             # 16-block cluster (the distributed shared-memory exchange), one head of 768 split over 48 blocks (the
             # exchange through global memory; its backward sums partial products), two heads of 64 split with
-            # partial sums, and the scan kernels over many chunks (the look-back between blocks).
+            # partial sums, the scan kernels over many chunks (the look-back between blocks), and those captured
+            # into CUDA graphs (the device's epoch).
             for case in "sanitize_case.py" "sanitize_case.py --heads 1 --head-dim 256" \
                 "sanitize_case.py --heads 1 --head-dim 768" "sanitize_case.py --head-dim 64 --exchange partials" \
-                "sanitize_scan.py"; do
-                label=$(case "$case" in *256*) echo _cluster ;; *768*) echo _global ;; *scan*) echo _scan ;;
-                    *partials*) echo _partials ;;
+                "sanitize_scan.py" "sanitize_scan.py --graphs"; do
+                label=$(case "$case" in *256*) echo _cluster ;; *768*) echo _global ;; *graphs*) echo _scan_graphs ;;
+                    *scan*) echo _scan ;; *partials*) echo _partials ;;
                     *) echo "" ;; esac)
+                # No caching allocator, so out-of-bounds accesses are not hidden inside torch's pooled blocks;
+                # graph capture needs it.
+                caching=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+                case "$case" in *graphs*) caching=(env -u PYTORCH_NO_CUDA_MEMORY_CACHING) ;; esac
                 for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
-                    # No caching allocator, so out-of-bounds accesses are not hidden inside torch's pooled blocks.
                     # Host API errors are not reported: cuda.bindings probes driver entry points that CUDA 13 lacks
                     # (cuGetProcAddress returns CUDA_ERROR_INVALID_VALUE), which is not a kernel error.
                     # shellcheck disable=SC2086
                     run_stage "sanitize_$tool$label" "$OUT/sanitize.log" "${SANITIZE_TIMEOUT:-240}" \
-                        env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SANITIZER" --tool "$tool" --error-exitcode 9 \
+                        "${caching[@]}" "$SANITIZER" --tool "$tool" --error-exitcode 9 \
                         --report-api-errors no \
                         "$PYTHON" benchmarks/$case
                 done

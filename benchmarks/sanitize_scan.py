@@ -3,8 +3,10 @@
 [B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of
 the chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole
 lanes; resident segments and chained one-chunk segments, both with the look-back; resident segments of several
-chunks, see `plans`). Exits 1 if any output or gradient is not finite or is far from the float64 reference loop;
-run it as
+chunks, see `plans`). With --graphs, the split-lane pairs instead, captured into a CUDA graph and replayed with the
+epochs that the launches make on the device cycling (the look-back words of a spare, `function.GraphWorkspaces`);
+capture needs torch's caching allocator, so run that without PYTORCH_NO_CUDA_MEMORY_CACHING. Exits 1 if any output
+or gradient is not finite or is far from the float64 reference loop; run it as
 ``compute-sanitizer --tool racecheck python3 benchmarks/sanitize_scan.py``.
 """
 
@@ -16,6 +18,7 @@ import torch
 
 import common
 from flashrnn_kernels.scan import reference
+from flashrnn_kernels.scan import function
 from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
 from flashrnn_kernels.scan.plan import CARRIES, kernel_plan_for_carry
 from flashrnn_kernels.scan.problem import ScanProblem
@@ -39,7 +42,33 @@ def plans(name: str, dtype: torch.dtype, gpu) -> list:
     return pairs
 
 
+def run_pair(name: str, inputs: tuple, h0: torch.Tensor, dy: torch.Tensor, fwd, bwd, graph: bool) -> list:
+    """[h, *grads] from one forward and one backward launch; with `graph`, captured into a CUDA graph (after eager
+    calls, which keep a spare workspace for it) and replayed three times, the launch counts set after the first so
+    that the epochs cycle back to the first between the other two."""
+    def pair():
+        (h,) = run_scan(name, "forward", inputs, h0, kernel_plan=fwd)
+        return [h, *run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd)]
+
+    if not graph:
+        return pair()
+    pair()
+    held = function._device_graph_workspaces(inputs[0].device).held
+    before = len(held)
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured):
+        outputs = pair()
+    captured.replay()
+    if len(held) > before:  # a spare (function.GRAPH_CELLS), else the captured memset's words
+        held[-1].counters.mul_(function.GRAPH_CYCLE - 1)
+    for _ in range(2):
+        captured.replay()
+    torch.cuda.synchronize()
+    return outputs
+
+
 def main() -> int:
+    graphs = "--graphs" in sys.argv[1:]
     if not torch.cuda.is_available():
         print("sanitize_scan: CUDA is not available; it needs a GPU.", file=sys.stderr)
         return 2
@@ -57,8 +86,9 @@ def main() -> int:
             ref_h = loop(*ref_inputs)
             ref_grads = torch.autograd.grad(ref_h, ref_inputs, dy.cpu().double())
             for carry, fwd, bwd in plans(name, dtype, gpu):
-                (h,) = run_scan(name, "forward", inputs, h0, kernel_plan=fwd)
-                grads = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd)
+                if graphs and fwd.carry == bwd.carry == "whole":
+                    continue  # whole lanes publish nothing
+                h, *grads = run_pair(name, inputs, h0, dy, fwd, bwd, graph=graphs)
                 for label, got, want in [("h", h, ref_h), *((f"grad{i}", g, r) for i, (g, r) in
                                                              enumerate(zip(grads, ref_grads)))]:
                     err = common.relative_error(got.cpu(), want)
@@ -67,7 +97,7 @@ def main() -> int:
                     print(f"{name:8s} {B}x{T}x{D} {carry:20s} {str(dtype):15s} {label:6s} rel_err={err:.2e} "
                           f"{'ok' if ok else 'FAILED'}")
     torch.cuda.synchronize()
-    print("sanitize_scan:", "FAILED" if failed else "passed")
+    print("sanitize_scan" + (" --graphs" if graphs else "") + ":", "FAILED" if failed else "passed")
     return 1 if failed else 0
 
 

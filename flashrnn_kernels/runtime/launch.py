@@ -192,6 +192,19 @@ def clustered_cooperative_available() -> bool:
     return True
 
 
+def capture_id(handle: int) -> int | None:
+    """The id of the CUDA graph capture that raw stream `handle` takes part in (unique in the process), or None when
+    the stream is not capturing or cuda-bindings is not installed."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return None
+    err, status, capture, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(handle))
+    if err != driver.CUresult.CUDA_SUCCESS or status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return None
+    return int(capture)
+
+
 def _too_large(kernel: Any, grid: tuple[int, ...], detail: str = "") -> RuntimeError:
     """The error of a cooperative grid that the GPU cannot hold at once."""
     return RuntimeError(f"the grid {tuple(grid)} of {kernel.name} needs all its blocks resident at once, more than "

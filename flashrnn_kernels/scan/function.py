@@ -6,7 +6,8 @@ cell's inputs and of h0.
 
 Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D) (the plans
 themselves are solved once per bucket of B and T), for split lanes the workspace reused per stream (no allocation
-and no memset: every published word carries the launch's epoch), and one launch.
+and no memset: every published word carries the launch's epoch), and one launch. A launch captured into a CUDA graph
+takes a workspace zeroed ahead by an eager call and its epoch from the device (GraphWorkspaces).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 
 from ..runtime.compile import get_kernel
 from ..runtime.device import device_gpu as _device_gpu
-from ..runtime.launch import cupy_stream, current_stream_handle, launch
+from ..runtime.launch import capture_id, cupy_stream, current_stream_handle, launch
 from .plan import ScanPlan, plan
 from .problem import ScanProblem, bucket
 
@@ -131,23 +132,116 @@ class StreamWorkspace:
 
 _workspaces: dict[tuple[int, int], StreamWorkspace] = {}
 
+SPARES = 2
+"""Zeroed workspaces each device keeps for captures (GraphWorkspaces)..."""
+SPARE_WORDS = 1 << 16
+"""...for launches of up to this many words per array (1 MiB a workspace, which a capture keeps): a larger launch
+runs long enough that a captured memset beside it costs little."""
+GRAPH_CELLS = ("linear",)
+"""Cells whose captured launches take spares: in CUDA graphs on the H200, linear_scan's split lanes took 0.83-0.96x
+the time with them, minGRU / minLSTM's chained ones 1.00-1.03x (benchmarks/results/scan_graph_words_ab.md)."""
+GRAPH_SLOTS = 16  # launches sharing one workspace in a capture (scan.cu's SCAN_GRAPH_SLOTS)
+GRAPH_CYCLE = (1 << 26) - 1  # launch counts cycle in this (scan.cu's SCAN_GRAPH_CYCLE)
+GRAPH_COUNTERS = 32  # launch counters per slot (scan.cu's graph_epoch)
+
+
+class GraphWorkspace(NamedTuple):
+    words: torch.Tensor  # [2, capacity] int64, zeroed before the graph's first replay
+    counters: torch.Tensor  # [GRAPH_SLOTS, GRAPH_COUNTERS] int64 launch counters (scan.cu's graph_epoch), zeroed too
+
+
+@torch.inference_mode(False)  # normal tensors, which tests and the sanitizer case may write outside inference mode
+def _graph_workspace(device: torch.device, stream: int, capacity: int) -> GraphWorkspace:
+    """A zeroed GraphWorkspace of `capacity` words per array, made on raw stream `stream`, which is synchronised so
+    that a graph replayed on any stream finds it zeroed."""
+    header = GRAPH_SLOTS * GRAPH_COUNTERS // 2
+    buffer = _zeroed_words(device, stream, capacity + header).view(-1)
+    if device.type == "cuda":
+        cupy_stream(device.index, stream).synchronize()
+    return GraphWorkspace(buffer[:2 * capacity].view(2, capacity),
+                          buffer[2 * capacity:].view(GRAPH_SLOTS, GRAPH_COUNTERS))
+
+
+class GraphWorkspaces:
+    """Workspaces of the split-lane launches captured into CUDA graphs, on one device.
+
+    A replay repeats its launches' parameters, so a captured launch makes its epoch on the device from a row of launch
+    counters (scan.cu's graph_epoch) and publishes into words zeroed once before the graph's first replay. That zeroing
+    cannot be captured (it would run in every replay), so eager calls keep SPARES workspaces zeroed ahead. A capture
+    takes one per capturing stream, whose launches in the capture (the graph runs them one after another) share its
+    words, each with a row of counters of its own (its slot), and keeps it while the process lives, since the graph
+    may replay at any time. A captured launch finding none (no eager call since the last captures took them, more than
+    SPARE_WORDS words, or GRAPH_SLOTS launches already on the workspace) gets `None` and a workspace of its own,
+    zeroed by a captured memset in every replay."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.capacity = 0
+        self.spares: list[GraphWorkspace] = []
+        self.captured: dict[tuple[int, int], tuple[GraphWorkspace, int]] = {}  # (capture, stream): (newest, slots used)
+        self.held: list[GraphWorkspace] = []  # every workspace a capture took
+
+    def keep(self, stream: int, words: int) -> None:
+        """Eager calls: SPARES zeroed workspaces of at least `words` words (up to SPARE_WORDS) ready for captures."""
+        if words > SPARE_WORDS:
+            return
+        if words > self.capacity:
+            self.spares.clear()
+            self.capacity = min(SPARE_WORDS, max(_even(words), 2 * self.capacity))
+        while len(self.spares) < SPARES:
+            self.spares.append(_graph_workspace(self.device, stream, self.capacity))
+
+    def take(self, capture: int, stream: int, words: int) -> tuple[GraphWorkspace, int] | None:
+        """(the workspace, the slot) of the next launch of capture `capture` on raw stream `stream`, of `words` words
+        per array, or None."""
+        found, used = self.captured.get((capture, stream), (None, GRAPH_SLOTS))
+        if found is None or used == GRAPH_SLOTS or found.words.shape[1] < words:
+            if not self.spares or self.capacity < words:
+                return None
+            found, used = self.spares.pop(), 0
+            self.held.append(found)
+        self.captured[capture, stream] = (found, used + 1)
+        return found, used
+
+
+_graph_workspaces: dict[torch.device, GraphWorkspaces] = {}
+
+
+def _device_graph_workspaces(device: torch.device) -> GraphWorkspaces:
+    found = _graph_workspaces.get(device)
+    if found is None:
+        found = _graph_workspaces[device] = GraphWorkspaces(device)
+    return found
+
 
 def _even(words: int) -> int:
     """Rows of an even number of words: both arrays start 16-byte aligned (the look-back reads word pairs)."""
     return words + words % 2
 
 
-def _workspace(device: torch.device, stream: int, words: int) -> tuple[tuple[torch.Tensor, ...], int]:
-    """The workspace of raw stream handle `stream` on `device` for one launch (see StreamWorkspace.take)."""
+def _workspace(device: torch.device, stream: int, words: int,
+               cell: str) -> tuple[tuple[torch.Tensor, ...], int, torch.Tensor | None]:
+    """(the two word arrays, the epoch, None) for an eager launch on raw stream handle `stream` of `device`, from the
+    stream's workspace (StreamWorkspace.take); (the words, the slot, the slot's launch counters) for a captured launch
+    given a GraphWorkspace."""
+    graphs = _device_graph_workspaces(device)
     if torch.cuda.is_current_stream_capturing():
-        # a captured graph replays the same epoch, so words left by one replay would read as published in the
-        # next: the graph gets a workspace of its own, zeroed by a captured memset before each replay
-        return tuple(torch.zeros(2, max(2, _even(words)), device=device, dtype=torch.int64)), 1
+        capture = capture_id(stream) if cell in GRAPH_CELLS else None
+        found = None if capture is None else graphs.take(capture, stream, words)
+        if found is not None:
+            workspace, slot = found
+            return tuple(workspace.words), slot, workspace.counters[slot]
+        # a replay repeats the launch's epoch, so words left by one replay would read as published in the next:
+        # a workspace of its own, zeroed by a captured memset before each replay
+        return tuple(torch.zeros(2, max(2, _even(words)), device=device, dtype=torch.int64)), 1, None
     key = (device.index, stream)
     ws = _workspaces.get(key)
     if ws is None:
         ws = _workspaces[key] = StreamWorkspace(device, stream)
-    return ws.take(words)
+    maps, epoch = ws.take(words)
+    if cell in GRAPH_CELLS:
+        graphs.keep(stream, words)
+    return maps, epoch, None
 
 
 def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
@@ -175,15 +269,16 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         h0 = _aligned(h0, access)
     stream = current_stream_handle(x.device.index)
     if run.words:
-        maps, epoch = _workspace(x.device, stream, run.words)
+        maps, epoch, counters = _workspace(x.device, stream, run.words, cell)
     else:  # nothing is published: null workspace pointers
-        maps, epoch = (None, None), 0
+        maps, epoch, counters = (None, None), 0, None
     x1, x2 = inputs[0], inputs[1]
     x3 = inputs[2] if len(inputs) > 2 else None
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
     launch(run.kernel, run.grid, run.block,
-           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, T, D, run.d_tiles, run.lanes, run.segments, epoch),
+           (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, counters, T, D, run.d_tiles, run.lanes,
+            run.segments, epoch),
            shared_mem=run.shared_mem, device=x.device.index, stream=stream)
     return (*outs, grad_h0) if backward else outs

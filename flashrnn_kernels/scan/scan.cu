@@ -198,7 +198,8 @@ typedef unsigned long long word_t;
 
 // A published value: its float bits low, its tag high: 2 * epoch + 1 for a segment's final state, 2 * epoch for the a
 // and b of its map. Words from earlier launches carry older epochs (and zeroed words epoch 0), so they read as "not
-// yet published": the workspace is zeroed only when it grows or the host's epoch counter wraps.
+// yet published": the workspace is zeroed only when it grows or the host's epoch counter wraps (launches captured into
+// a CUDA graph: graph_epoch).
 __device__ __forceinline__ void publish(word_t* p, float v, unsigned tag) {
     store_word_relaxed(p, (static_cast<word_t>(tag) << 32) | __float_as_uint(v));
 }
@@ -213,6 +214,29 @@ __device__ __forceinline__ bool published(word_t wa, word_t wb, unsigned map_tag
 __device__ __forceinline__ void published_map(word_t wa, word_t wb, unsigned map_tag, float& a, float& b) {
     a = static_cast<unsigned>(wb >> 32) == map_tag + 1u ? 0.0f : __uint_as_float(static_cast<unsigned>(wa));
     b = __uint_as_float(static_cast<unsigned>(wb));
+}
+
+// A launch captured into a CUDA graph replays its parameters, so it makes its epoch on the device instead, from its
+// row of 32 launch counters (64-bit, zeroed before the graph's first replay). Block k reads counter k % 32 when it
+// starts and adds 1 to it when it ends (count_launch): every launch adds the same count n (its blocks that map to the
+// counter), and a block reads n times the earlier launches plus fewer than n of its own launch's ends, so the quotient
+// by n is the same for all of a launch's blocks and one more than the previous launch's. No block waits on an atomic.
+// A capture gives each of its launches on a stream a row `slot` < SCAN_GRAPH_SLOTS of one workspace, so that epochs
+// differ between the launches that share the words (slot in the low bits) and between consecutive launches of one
+// (the quotient, cycling in SCAN_GRAPH_CYCLE; a word is at most one replay old, since every replay writes all of its
+// launches' words).
+#define SCAN_GRAPH_SLOTS 16
+#define SCAN_GRAPH_CYCLE ((1u << 26) - 1u)
+__device__ __forceinline__ unsigned graph_epoch(const unsigned long long* counters, int slot) {
+    const unsigned c = blockIdx.x & 31u, per_launch = (gridDim.x - c + 31u) >> 5;
+    const unsigned long long launches = __ldcg(counters + c) / per_launch;
+    return (static_cast<unsigned>(launches % SCAN_GRAPH_CYCLE) + 1u) * SCAN_GRAPH_SLOTS + static_cast<unsigned>(slot);
+}
+
+// The end of graph_epoch's block: after every thread of it has read the counter.
+__device__ __forceinline__ void count_launch(unsigned long long* counters) {
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) atomicAdd(counters + (blockIdx.x & 31u), 1ull);
 }
 
 // The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`. Rows are step-major
@@ -292,15 +316,16 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
 //   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D]; grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
 // Grid: lanes * segments blocks (block = segment * lanes + lane), all resident when segments > 1.
-// seg_a, seg_b: [lanes, segments, SCAN_TILE] published words (unused with one segment); epoch in [1, 2^31).
+// seg_a, seg_b: [lanes, segments, SCAN_TILE] published words (unused with one segment); epoch in [1, 2^31), or with
+// counters (not null, launches captured into a CUDA graph) the launch's slot for graph_epoch.
 // Grid order matters with more than one segment: a block waits on lower-numbered ones.
 // Dynamic shared memory: SCAN_STAGES * SCAN_STAGE elements.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flashrnn_scan(
     const elem_t* __restrict__ x1, const elem_t* __restrict__ x2, const elem_t* __restrict__ x3,
     const elem_t* __restrict__ h0, const elem_t* __restrict__ dy, const elem_t* __restrict__ h,
     elem_t* __restrict__ y1, elem_t* __restrict__ y2, elem_t* __restrict__ y3, float* __restrict__ grad_h0,
-    word_t* __restrict__ seg_a, word_t* __restrict__ seg_b, int T, int D, int d_tiles, int lanes, int segments,
-    int epoch) {
+    word_t* __restrict__ seg_a, word_t* __restrict__ seg_b, unsigned long long* __restrict__ counters, int T, int D, int d_tiles,
+    int lanes, int segments, int epoch) {
     // The staged chunks start on a 128-byte boundary (plan.STAGE_ALIGN) whatever the size of the static rows below:
     // 16 bytes off it, the whole-lane linear scan at [8, 4096, 1536] took 23% (fp32) and 18% (bf16) longer on the H200.
     extern __shared__ __align__(128) unsigned char s_raw[];
@@ -622,7 +647,6 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     else {
         const long long word0 = (long long)lane * segments * SCAN_TILE;  // published words of the lane's segment 0
         const long long mine = word0 + (long long)seg * SCAN_TILE;       // this segment's words
-        const unsigned map_tag = 2u * static_cast<unsigned>(epoch), final_tag = map_tag + 1u;
         // pass A leaves all its chunks staged where the launch's longest segment fits the stages: every segment
         // takes the same path (in bf16, launches mixing staged segments of SCAN_STAGES chunks and restaged ones of one
         // more took 1.7-1.9x as long on the H200 as all restaged)
@@ -636,6 +660,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         }
         float pre_a[SCAN_STAGES][SCAN_VEC], pre_b[SCAN_STAGES][SCAN_VEC];  // per staged chunk: see fold_chunk
         prologue(kept);  // a segment staged again for pass B stages only the maps' inputs in pass A
+        // a captured launch's epoch: its counter's load returns while the copies above are in flight
+        const unsigned launch_epoch = counters != nullptr ? graph_epoch(counters, epoch) : static_cast<unsigned>(epoch);
         if (kept) {
 #pragma unroll
             for (int q = 0; q < SCAN_STAGES; ++q)  // unrolled, so that pre_a / pre_b stay in registers
@@ -646,6 +672,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         } else {
             walk([&](int buf, const ChunkAt& at) { fold_chunk(buf, at, Flag<false>(), pre_a[0], pre_b[0]); }, false);
         }
+        const unsigned map_tag = 2u * launch_epoch, final_tag = map_tag + 1u;
         if (seg > 0) {
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
@@ -777,6 +804,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         } else {
             walk(scan_chunk, true);
         }
+        if (counters != nullptr) count_launch(counters);
     }
 #endif
     cp_async_wait_group<0>();

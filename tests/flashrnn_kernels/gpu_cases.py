@@ -67,6 +67,18 @@ CASES: dict[str, Callable[[str], Run]] = {
     "min-gru-chained-bf16": lambda dev: scan(min_gru_scan, 1, 65536, 64, torch.bfloat16, dev),
 }
 """Each case's builder: device -> Run."""
+ROUNDING_ONLY = {"linear-scan-split-lanes-fp32", "min-gru-chained-bf16"}
+"""Cases whose reruns may differ by rounding: a split lane's look-back composes each predecessor's map, or takes its
+final state where that is published already, and which of the two it finds depends on timing (the carries agree to
+rounding, not to the bit; compute-sanitizer's racecheck, which changes the timing, showed it)."""
+
+
+def same_or_rounding(case: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal, or for ROUNDING_ONLY cases within two units of rounding of the dtype (relative to max |a|)."""
+    if case not in ROUNDING_ONLY or torch.equal(a, b):
+        return torch.equal(a, b)
+    scale = a.double().abs().max().item()
+    return max_difference(a, b) <= 2 * torch.finfo(a.dtype).eps * scale
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:

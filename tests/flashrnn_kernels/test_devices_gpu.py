@@ -1,6 +1,6 @@
-"""The kernels on a second GPU: every path of gpu_cases.py run on cuda:1 gives the bits it gives on cuda:0 (two
-devices of one model plan and compile alike), whichever device is current, in any order of first use; and a CUDA
-graph captured on cuda:1 replays there."""
+"""The kernels on a second GPU: every path of gpu_cases.py run on cuda:1 gives the bits it gives on cuda:0 (to
+rounding for gpu_cases.ROUNDING_ONLY; two devices of one model plan and compile alike), whichever device is current,
+in any order of first use; and a CUDA graph captured on cuda:1 replays there."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +10,7 @@ import torch
 
 from flashrnn_kernels import flashrnn, linear_scan
 
-from .gpu_cases import CASES, captured, max_difference, recurrent, scan
+from .gpu_cases import CASES, captured, max_difference, recurrent, same_or_rounding, scan
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +43,8 @@ def test_same_bits_on_either_device(case, data, current):
     expected = _on_first_device(case)
     for k, (a, b) in enumerate(zip(expected, got)):
         assert b.device == torch.device("cuda", data), f"result {k} is on {b.device}"
-        assert torch.equal(a, b.cpu()), f"result {k} differs from cuda:0's by up to {max_difference(a, b):.3e}"
+        assert same_or_rounding(case, a, b.cpu()), \
+            f"result {k} differs from cuda:0's by up to {max_difference(a, b):.3e}"
 
 
 @needs_two
@@ -74,4 +75,6 @@ def test_graph_captured_on_second_device(op):
             torch.cuda.synchronize(1)
             expected = forward()
             assert out.device == torch.device(device)
-            assert torch.equal(out, expected), f"replay differs from eager by {max_difference(out, expected):.3e}"
+            case = "linear-scan-split-lanes-fp32" if op == "linear_scan" else "fused-lstm-1x768-bf16"
+            assert same_or_rounding(case, out, expected), f"replay differs from eager by " \
+                                                          f"{max_difference(out, expected):.3e}"

@@ -184,10 +184,22 @@ def test_workspace_reuse_across_shapes_and_epoch_wrap():
         _check("min_gru", torch.float32, 2, 4000, 64, False)
 
 
-@pytest.mark.parametrize("name", ["linear", "min_gru"])
-def test_graph_replays_match_reference(name):
-    """Forward and backward captured in one CUDA graph (split lanes: the capture's own look-back words) and replayed on
-    fresh inputs copied into the captured tensors: each replay against the fp64 reference."""
+def _graph_workspaces():
+    from flashrnn_kernels.scan import function
+
+    return function._device_graph_workspaces(torch.device("cuda", torch.cuda.current_device()))
+
+
+@pytest.mark.parametrize("name,workspace", [("linear", "spare"), ("linear", "memset"), ("linear", "epoch_cycle"),
+                                            ("min_gru", "memset")])
+def test_graph_replays_match_reference(name, workspace):
+    """Forward and backward captured in one CUDA graph (split lanes) and replayed on fresh inputs copied into the
+    captured tensors: each replay against the fp64 reference. The capture's look-back words: a spare zeroed by the
+    warm-up, each launch counting its launches on the device in a slot of its own (with "epoch_cycle", the counts set
+    so that the epochs they give cycle back to the first between two replays), or, with no spare left (and for the
+    cells outside GRAPH_CELLS), words of the launch's own zeroed by a captured memset."""
+    from flashrnn_kernels.scan.function import GRAPH_CYCLE
+
     B, T, D = 1, 20000, 64  # split lanes in both directions on an H200 / A100
     op, _, n = OPS[name]
     static = [torch.zeros(B, T, D, device="cuda", requires_grad=True) for _ in range(n)]
@@ -198,8 +210,21 @@ def test_graph_replays_match_reference(name):
         h = op(*static, h0)
         return (h, *torch.autograd.grad(h, [*static, h0], dy))
 
-    graph, outs = captured(step)
-    for _ in range(3):
+    graphs = _graph_workspaces()
+    held = len(graphs.held)
+    if workspace == "memset":
+        graphs.spares.clear()  # as if earlier captures had taken them; the warm-up below makes new ones
+        step()  # the warm-up, on this stream
+        graphs.spares.clear()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = step()
+        assert len(graphs.held) == held
+    else:
+        graph, outs = captured(step)
+        assert len(graphs.held) == held + 1, "the capture's launches share one spare"
+        counters = graphs.held[-1].counters
+    for replay in range(3):
         with torch.no_grad():
             for t, v in zip(static, _random_inputs(name, B, T, D)):
                 t.copy_(v)
@@ -210,7 +235,16 @@ def test_graph_replays_match_reference(name):
         graph.replay()
         h_ref, grads_ref = _reference(name, static, h0, dy)
         errors = [relative_error(outs[0], h_ref)] + [relative_error(g, r) for g, r in zip(outs[1:], grads_ref)]
-        assert max(errors) <= TOL[torch.float32], f"{name} replay: errors {errors}"
+        assert max(errors) <= TOL[torch.float32], f"{name} replay {replay}: errors {errors}"
+        if workspace == "memset":
+            continue
+        if replay == 0:  # slot 0 the forward, slot 1 the backward: what one launch adds to each counter
+            per_launch = counters[:2].clone()
+            assert per_launch.sum(dim=1).gt(0).all() and not counters[2:].any(), counters
+            if workspace == "epoch_cycle":
+                counters[:2] *= GRAPH_CYCLE - 1  # the next replay's epochs are the last of the cycle, then the first
+        launches = (replay + 1) if workspace == "spare" else GRAPH_CYCLE - 1 + replay
+        assert torch.equal(counters[:2], per_launch * launches), (replay, counters[:2], per_launch)
 
 
 def _check_plans(name, dtype, shape, plans, label):

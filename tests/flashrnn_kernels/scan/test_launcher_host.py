@@ -15,6 +15,7 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
     monkeypatch.setattr(function, "_kernel", lambda plan, device: plan)
     monkeypatch.setattr(function, "current_stream_handle", lambda index: 0)
     monkeypatch.setattr(function, "_workspaces", {})
+    monkeypatch.setattr(function, "_graph_workspaces", {})
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(function, "launch", lambda kernel, grid, block, args, **kw: calls.append(
         (kernel, grid, block, args, kw)))
