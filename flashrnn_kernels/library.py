@@ -22,7 +22,7 @@ from torch import Tensor
 
 from .autocast import autocast_off
 from .cells import CELLS
-from .fused.reference import flashrnn_reference
+from .fused.reference import HeadProducts, flashrnn_reference
 from .scan import reference as scan_reference
 from .scan.function import run_scan
 
@@ -70,9 +70,10 @@ def _reference_backward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, d_h: T
     Wx, R, b, states, d_h, d_last = (t.to(compute) for t in (Wx, R, b, states, d_h, d_last))
     first = spec.states[0]
     current = {name: states[k] for k, name in enumerate(spec.states)}
+    products = HeadProducts(R)
     steps = []  # (previous states, gate values, new states) per step
     for t in range(Wx.shape[1]):
-        pre = Wx[:, t] + b + torch.einsum("gnoi,bni->bgno", R, current[first])
+        pre = Wx[:, t] + b + products.recurrent(current[first])
         new, gates = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
         steps.append((current, gates, new))
         current = new
@@ -83,7 +84,7 @@ def _reference_backward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, d_h: T
         d_state[first] = d_state[first] + d_h[:, t]
         d_pre, d_previous = spec.torch_backward(gates, previous, new, d_state)
         d_wx[:, t] = torch.stack([torch.broadcast_to(d_pre[g], Wx[:, t, 0].shape) for g in spec.gates], dim=1)
-        d_previous[first] = d_previous[first] + torch.einsum("gnoi,bgno->bni", R, d_wx[:, t])
+        d_previous[first] = d_previous[first] + products.transposed(d_wx[:, t])
         d_state = d_previous
     h_prev = torch.stack([steps[t][0][first] for t in range(Wx.shape[1])], dim=1)  # [B, T, NH, DH]
     d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)

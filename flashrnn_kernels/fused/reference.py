@@ -15,6 +15,28 @@ from torch import Tensor
 from ..cells import CellSpec, get_cell
 
 
+class HeadProducts:
+    """R's per-step products, head by head, as batched matrix products (on a CPU an einsum of these shapes cost about
+    ten times as much per step). R: [G, NH, DH, DH] (gate, head, out, in)."""
+
+    def __init__(self, R: Tensor):
+        self.gates, self.heads, self.dim = R.shape[:3]
+        self.rows = R.permute(1, 3, 0, 2).reshape(self.heads, self.dim, -1)  # [NH, in, (gate, out)]
+        self.columns = R.permute(1, 0, 2, 3).reshape(self.heads, -1, self.dim)  # [NH, (gate, out), in]
+
+    def recurrent(self, h: Tensor) -> Tensor:
+        """R @ h per gate and head: h [B, NH, DH] -> [B, G, NH, DH]."""
+        batch = h.shape[0]
+        product = torch.bmm(h.transpose(0, 1), self.rows)  # [NH, B, G * DH]
+        return product.view(self.heads, batch, self.gates, self.dim).permute(1, 2, 0, 3)
+
+    def transposed(self, d_pre: Tensor) -> Tensor:
+        """R^T summed over gates: d_pre [B, G, NH, DH] -> [B, NH, DH]."""
+        batch = d_pre.shape[0]
+        rows = d_pre.permute(2, 0, 1, 3).reshape(self.heads, batch, self.gates * self.dim)
+        return torch.bmm(rows, self.columns).transpose(0, 1)
+
+
 def flashrnn_reference(
     Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str | CellSpec = "lstm"
 ) -> tuple[Tensor, Tensor]:
@@ -27,10 +49,10 @@ def flashrnn_reference(
     compute = out_dtype if out_dtype in (torch.float32, torch.float64) else torch.float32
     Wx, R, b, states = (t.to(compute) for t in (Wx, R, b, states))
     current = {name: states[k] for k, name in enumerate(spec.states)}
+    products = HeadProducts(R)
     outputs = []
     for t in range(Wx.shape[1]):
-        recurrent = torch.einsum("gnoi,bni->bgno", R, current[spec.states[0]])
-        pre = Wx[:, t] + b + recurrent  # [B, G, NH, DH]
+        pre = Wx[:, t] + b + products.recurrent(current[spec.states[0]])  # [B, G, NH, DH]
         new, _ = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
         current = new
         outputs.append(current[spec.states[0]])
