@@ -17,8 +17,7 @@ import sys
 import torch
 
 import common
-from flashrnn_kernels.scan import reference
-from flashrnn_kernels.scan import function
+from flashrnn_kernels.scan import function, reference
 from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
 from flashrnn_kernels.scan.plan import CARRIES, kernel_plan_for_carry
 from flashrnn_kernels.scan.problem import ScanProblem

@@ -224,10 +224,9 @@ def _workspace(device: torch.device, stream: int, words: int,
     """(the two word arrays, the epoch, None) for an eager launch on raw stream handle `stream` of `device`, from the
     stream's workspace (StreamWorkspace.take); (the words, the slot, the slot's launch counters) for a captured launch
     given a GraphWorkspace."""
-    graphs = _device_graph_workspaces(device)
     if torch.cuda.is_current_stream_capturing():
         capture = capture_id(stream) if cell in GRAPH_CELLS else None
-        found = None if capture is None else graphs.take(capture, stream, words)
+        found = None if capture is None else _device_graph_workspaces(device).take(capture, stream, words)
         if found is not None:
             workspace, slot = found
             return tuple(workspace.words), slot, workspace.counters[slot]
@@ -240,7 +239,7 @@ def _workspace(device: torch.device, stream: int, words: int,
         ws = _workspaces[key] = StreamWorkspace(device, stream)
     maps, epoch = ws.take(words)
     if cell in GRAPH_CELLS:
-        graphs.keep(stream, words)
+        _device_graph_workspaces(device).keep(stream, words)
     return maps, epoch, None
 
 
