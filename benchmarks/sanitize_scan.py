@@ -3,7 +3,8 @@
 [B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of
 the chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole
 lanes; resident segments and chained one-chunk segments, both with the look-back; resident segments of several
-chunks, see `plans`). With --graphs, the split-lane pairs instead, captured into a CUDA graph and replayed with the
+chunks, see `plans`), and its backward once more asked for the last input's gradient alone (`grad<i>*`). With
+--graphs, the split-lane pairs instead, captured into a CUDA graph and replayed with the
 epochs that the launches make on the device cycling (the look-back words of a spare, `function.GraphWorkspaces`);
 capture needs torch's caching allocator, so run that without PYTORCH_NO_CUDA_MEMORY_CACHING. Exits 1 if any output
 or gradient is not finite or is far from the float64 reference loop; run it as
@@ -88,8 +89,12 @@ def main() -> int:
                 if graphs and fwd.carry == bwd.carry == "whole":
                     continue  # whole lanes publish nothing
                 h, *grads = run_pair(name, inputs, h0, dy, fwd, bwd, graph=graphs)
-                for label, got, want in [("h", h, ref_h), *((f"grad{i}", g, r) for i, (g, r) in
-                                                             enumerate(zip(grads, ref_grads)))]:
+                checks = [("h", h, ref_h), *((f"grad{i}", g, r) for i, (g, r) in enumerate(zip(grads, ref_grads)))]
+                if not graphs:  # the last input's gradient alone: no h_{t-1} read, no other gradient written
+                    needs = (False,) * (n - 1) + (True, False)
+                    alone = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd, needs=needs)[n - 1]
+                    checks.append((f"grad{n - 1}*", alone, ref_grads[n - 1]))
+                for label, got, want in checks:
                     err = common.relative_error(got.cpu(), want)
                     ok = bool(torch.isfinite(got).all()) and err <= TOLERANCE
                     failed |= not ok

@@ -5,7 +5,7 @@ Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cann
   flashrnn_backward(Wx?, R, b, states, h, gates_save, states_save, d_h, d_last, cell, backend)
       -> (dWx, dR, db, dstates)
   scan_forward(cell, inputs, h0?) -> h
-  scan_backward(cell, inputs, h0?, dh, h) -> [d input..., dh0 (when h0 is given)]
+  scan_backward(cell, inputs, h0?, dh, h, needs) -> [d input..., dh0 (when h0 is given)], those that `needs` asks for
 CUDA runs the kernels (fused/function.py, or alternating/function.py for backend "alternating"; scan/function.py).
 Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops. CPU runs the
 pure-PyTorch references (fused/reference.py, scan/reference.py) forward; their backward ops are written out here
@@ -336,38 +336,56 @@ def _scan_forward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Te
     return inputs[0].new_empty(inputs[0].shape)
 
 
+def _wanted(grads: list[Tensor | None], needs: list[bool]) -> list[Tensor]:
+    """The gradients `needs` asks for, in order: needs[i] for input i, needs[-1] for h0 (when it is given)."""
+    return [g for g, need in zip(grads, needs) if need and g is not None]
+
+
+def _spread(grads: list[Tensor], needs: tuple[bool, ...], has_h0: bool) -> tuple[list[Tensor | None], Tensor | None]:
+    """scan_backward's wanted gradients back in place: (one per input, None where not wanted; h0's or None)."""
+    found = iter(grads)
+    inputs = [next(found) if need else None for need in needs[:-1]]
+    return inputs, next(found) if has_h0 and needs[-1] else None
+
+
 @torch.library.custom_op("flashrnn_kernels::scan_backward", mutates_args=(), device_types="cpu")
-def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor) -> list[Tensor]:
-    """Gradients of the inputs, then of h0 when it is given, from dh [B, T, D] (h: the forward's output; CPU
-    recomputes the forward instead)."""
+def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor,
+                  needs: list[bool]) -> list[Tensor]:
+    """Gradients of the inputs, then of h0 when it is given, from dh [B, T, D] (h: the forward's output): those that
+    `needs` (one flag per input, then h0's) asks for (`_wanted`)."""
     _scan_loop(cell)
-    return _scan_reference_backward(cell, inputs, h0, dh, h)
+    grads = _scan_reference_backward(cell, inputs, h0, dh, h)
+    return _wanted(grads + [None] * (len(needs) - len(grads)), needs)
 
 
 @scan_backward.register_kernel("cuda")
-def _scan_backward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor) -> list[Tensor]:
+def _scan_backward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor,
+                        needs: list[bool]) -> list[Tensor]:
     _scan_loop(cell)
     h0 = h0 if h0 is None else h0.contiguous()
-    *grads, grad_h0 = run_scan(cell, "backward", _dense(*inputs), h0, dh.contiguous(), h.contiguous())
-    return [*grads, grad_h0.to(h0.dtype)] if h0 is not None else grads
+    *grads, grad_h0 = run_scan(cell, "backward", _dense(*inputs), h0, dh.contiguous(), h.contiguous(),
+                               needs=tuple(needs))
+    return _wanted([*grads, None if grad_h0 is None else grad_h0.to(h0.dtype)], needs)
 
 
 @scan_backward.register_fake
-def _scan_backward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor,
-                        h: Tensor) -> list[Tensor]:
-    return [t.new_empty(t.shape) for t in (*inputs, *([] if h0 is None else [h0]))]
+def _scan_backward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor,
+                        needs: list[bool]) -> list[Tensor]:
+    return _wanted([t.new_empty(t.shape) for t in inputs] + [None if h0 is None else h0.new_empty(h0.shape)], needs)
 
 
 def _scan_setup_context(ctx, inputs, output) -> None:
     cell, tensors, h0 = inputs
-    ctx.cell, ctx.count, ctx.has_h0 = cell, len(tensors), h0 is not None
+    ctx.cell, ctx.has_h0 = cell, h0 is not None
     ctx.save_for_backward(output, h0, *tensors)
 
 
 def _scan_autograd_backward(ctx, dh: Tensor):
     h, h0, *tensors = ctx.saved_tensors
-    grads = scan_backward(ctx.cell, tensors, h0, dh, h)
-    return None, grads[: ctx.count], grads[ctx.count] if ctx.has_h0 else None
+    _, inputs_need, h0_needs = ctx.needs_input_grad  # (cell, [one per input], h0)
+    needs = (*inputs_need, bool(h0_needs))
+    grads = scan_backward(ctx.cell, tensors, h0, dh, h, list(needs))
+    return None, *_spread(grads, needs, ctx.has_h0)
 
 
 scan_forward.register_autograd(_scan_autograd_backward, setup_context=_scan_setup_context)
@@ -381,16 +399,18 @@ class _EagerScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cell: str, h0: Tensor | None, *inputs: Tensor) -> Tensor:
         h = _scan_forward_cuda(cell, list(inputs), h0)
-        ctx.cell, ctx.count = cell, len(inputs)
+        ctx.cell = cell
         ctx.save_for_backward(h, h0, *inputs)
         return h
 
     @staticmethod
     def backward(ctx, dh: Tensor):
         h, h0, *tensors = ctx.saved_tensors
+        _, h0_needs, *inputs_need = ctx.needs_input_grad  # (cell, h0, *inputs)
+        needs = (*inputs_need, h0_needs)
         backward = scan_backward if torch.is_grad_enabled() else _scan_backward_cuda  # see _first_order_only
-        grads = backward(ctx.cell, tensors, h0, dh, h)
-        return None, grads[ctx.count] if h0 is not None else None, *grads[: ctx.count]
+        inputs, grad_h0 = _spread(backward(ctx.cell, tensors, h0, dh, h, list(needs)), needs, h0 is not None)
+        return None, grad_h0, *inputs
 
 
 def scan_op(cell: str, inputs: tuple[Tensor, ...], h0: Tensor | None) -> Tensor:

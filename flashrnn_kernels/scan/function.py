@@ -19,7 +19,7 @@ import torch
 from ..runtime.compile import get_kernel
 from ..runtime.device import device_gpu as _device_gpu
 from ..runtime.launch import capture_id, cupy_stream, current_stream_handle, launch
-from .plan import ScanPlan, plan
+from .plan import ALL_GRADIENTS, ScanPlan, plan
 from .problem import ScanProblem, bucket
 
 KERNEL_NAME = "flashrnn_scan"
@@ -45,8 +45,8 @@ def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
 
 
 @functools.cache
-def _kernel(p: ScanPlan, device: int):
-    return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.stage_bytes, device=device)
+def _kernel(p: ScanPlan, device: int, wanted: int = ALL_GRADIENTS):
+    return get_kernel(p.source(wanted), KERNEL_NAME, dynamic_smem=p.stage_bytes, device=device)
 
 
 class _Launch(NamedTuple):
@@ -67,25 +67,26 @@ _launches: dict[tuple, _Launch] = {}
 _LAUNCHES_KEPT = 4096
 
 
-def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: int) -> _Launch:
+def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: int,
+               wanted: int = ALL_GRADIENTS) -> _Launch:
     d_tiles = p.d_tiles(D)
     lanes = B * d_tiles
     segments = p.segments(lanes, p.chunks(T))
-    return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
+    return _Launch(_kernel(p, device, wanted), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
                    p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
 
 
-def _device_launch(cell: str, direction: str, x: torch.Tensor) -> _Launch:
-    """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]): a dict lookup after the first
-    call of a shape."""
-    key = (cell, direction, x.device.index, x.dtype, *x.shape)
+def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS) -> _Launch:
+    """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]), its backward writing the
+    gradients `wanted` (ScanPlan.source): a dict lookup after the first call of a shape."""
+    key = (cell, direction, x.device.index, x.dtype, *x.shape, wanted)
     found = _launches.get(key)
     if found is None:
         if len(_launches) >= _LAUNCHES_KEPT:
             _launches.clear()
         B, T, D = x.shape
         found = _launches[key] = _launch_of(device_plan(cell, x, direction), B, T, D, x.element_size(),
-                                            x.device.index)
+                                            x.device.index, wanted)
     return found
 
 
@@ -249,19 +250,26 @@ def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
 
 def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None,
              dy: torch.Tensor | None = None, h: torch.Tensor | None = None,
-             kernel_plan: ScanPlan | None = None) -> tuple[torch.Tensor, ...]:
+             kernel_plan: ScanPlan | None = None, needs: tuple[bool, ...] | None = None) -> tuple[torch.Tensor, ...]:
     """One launch. Forward returns (h,); backward returns (grad of each input..., grad_h0 in fp32 or None).
 
-    `kernel_plan` replaces the solver's plan (benchmarks compare the model's choice with alternatives)."""
+    `needs` (backward): which of the inputs, then h0, want a gradient (None: all); the others get None, and the kernel
+    (compiled for the inputs' flags) neither writes them nor reads h where no wanted gradient needs it (linear_scan
+    with a fixed `a` reads dy and a and writes db alone). `kernel_plan` replaces the solver's plan (benchmarks compare
+    the model's choice with alternatives)."""
     x = inputs[0]
     B, T, D = x.shape
     backward = direction == "backward"
-    outs = tuple(torch.empty_like(t) for t in inputs) if backward else (torch.empty_like(x),)
-    grad_h0 = torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None else None
+    needs = (True,) * (len(inputs) + 1) if needs is None else needs
+    outs = (tuple(torch.empty_like(t) if need else None for t, need in zip(inputs, needs)) if backward
+            else (torch.empty_like(x),))
+    grad_h0 = (torch.empty(B, D, device=x.device, dtype=torch.float32) if backward and h0 is not None and needs[-1]
+               else None)
     if x.numel() == 0:  # nothing to launch; with no steps h does not depend on h0
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
-    run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index) if kernel_plan is not None
-           else _device_launch(cell, direction, x))
+    wanted = sum(1 << i for i, need in enumerate(needs[:len(inputs)]) if need) if backward else ALL_GRADIENTS
+    run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index, wanted) if kernel_plan is not None
+           else _device_launch(cell, direction, x, wanted))
     access = run.access
     inputs = tuple(_aligned(t, access) for t in inputs)
     if h0 is not None:

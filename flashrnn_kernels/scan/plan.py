@@ -44,6 +44,8 @@ import hwmodels
 from .problem import CELLS, DTYPES, ScanProblem
 
 SOURCE_PATH = Path(__file__).with_name("scan.cu")
+ALL_GRADIENTS = 7
+"""ScanPlan.source's `wanted` bits (input i: bit i) for a backward that writes every input's gradient."""
 
 REG_OVERHEAD = 64
 REG_PER_MAP_FLOAT = 2
@@ -422,9 +424,10 @@ class ScanPlan:
             "SCAN_STAGE_BYTES": self.stage_bytes,  # the dynamic shared memory of a launch: scan.cu checks its layout
         }
 
-    def source(self) -> str:
-        """The complete CUDA source of this plan's kernel (`flashrnn_scan`)."""
-        header = "".join(f"#define {k} {v}\n" for k, v in self.defines().items())
+    def source(self, wanted: int = ALL_GRADIENTS) -> str:
+        """The complete CUDA source of this plan's kernel (`flashrnn_scan`); a backward writes the gradients of the
+        inputs whose bits `wanted` sets (bit i: input i) and reads h only where they need it."""
+        header = "".join(f"#define {k} {v}\n" for k, v in {**self.defines(), "SCAN_WANTED": wanted}.items())
         return header + SOURCE_PATH.read_text()
 
 

@@ -40,7 +40,8 @@
 // a = f / (f + i), b = i / (f + i) * g(h_pre). g(x) = x + 1/2 for x >= 0, sigmoid(x) otherwise.
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
-    !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES)
+    !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES) || \
+    !defined(SCAN_WANTED)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -73,6 +74,11 @@ typedef __half elem_t;
 #define SCAN_STAGED (SCAN_REVERSE ? SCAN_INPUTS + 1 + (SCAN_CELL != 0) : SCAN_INPUTS)
 #define SCAN_SLOT_H SCAN_INPUTS
 #define SCAN_SLOT_X (SCAN_INPUTS + 1)
+// The backward writes the gradient of input i (y_{i+1}) where bit i of SCAN_WANTED is set (ScanPlan.source; the
+// forward ignores it), and reads
+// h_{t-1} only where one of them needs it: x1's, and minLSTM's x2's (linear_scan with a fixed `a` reads a and dy and
+// writes db alone). Its slot stays in the stage.
+#define SCAN_READS_H (SCAN_REVERSE && ((SCAN_WANTED & 1) != 0 || (SCAN_CELL == 2 && (SCAN_WANTED & 2) != 0)))
 #define SCAN_STAGE (SCAN_STAGED * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks
@@ -278,7 +284,8 @@ struct ChunkAt {
 
 // Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step;
 // reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1), and with `all` what
-// the gradients need besides (SCAN_STAGED; without it, the maps alone: pass A of a segment staged again for pass B).
+// the gradients need besides (SCAN_STAGED; h_{t-1} where SCAN_READS_H; without `all`, the maps alone: pass A of a
+// segment staged again for pass B).
 __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
                                             const elem_t* x1, const elem_t* x2, const elem_t* x3,
                                             const elem_t* dy, const elem_t* h, bool all) {
@@ -297,7 +304,8 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
 #endif
         }
         if (all) {
-            if (s < T - 1) stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
+            if (SCAN_READS_H && s < T - 1)
+                stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
 #if SCAN_CELL != 0
             stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y), (SCAN_CELL == 1 ? x2 : x3) + off);
 #endif
@@ -314,7 +322,8 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
 
 // x1, x2, x3: cell inputs [B, T, D] (x3 only for minLSTM); h0: [B, D] or null.
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
-//   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D]; grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
+//   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D], those that SCAN_WANTED names (the others may be null);
+//   grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
 // Grid: lanes * segments blocks (block = segment * lanes + lane), all resident when segments > 1.
 // seg_a, seg_b: [lanes, segments, SCAN_TILE] published words (unused with one segment); epoch in [1, 2^31), or with
 // counters (not null, launches captured into a CUDA graph) the launch's slot for graph_epoch.
@@ -489,9 +498,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 }
                 unpack(load_pack(staged(stage, buf, SCAN_SLOT_X, i, tx, ty)), SCAN_CELL == 1 ? v2s : v3s);
 #endif
-                const bool has_prev = t > 0 || h0 != nullptr;
-                if (t > 0) unpack(load_pack(staged(stage, buf, SCAN_SLOT_H, i, tx, ty)), hs);
-                else if (h0 != nullptr) unpack(load_pack(h0 + (long long)at.batch * D + at.d), hs);
+                const bool has_prev = SCAN_READS_H && (t > 0 || h0 != nullptr);
+                if (SCAN_READS_H && t > 0) unpack(load_pack(staged(stage, buf, SCAN_SLOT_H, i, tx, ty)), hs);
+                else if (SCAN_READS_H && h0 != nullptr) unpack(load_pack(h0 + (long long)at.batch * D + at.d), hs);
                 float g1[SCAN_VEC], g2[SCAN_VEC];
 #if SCAN_CELL == 2
                 float g3[SCAN_VEC];
@@ -526,10 +535,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     if (t == 0 && grad_h0 != nullptr) grad_h0[(long long)at.batch * D + at.d + j] = a_t * dh;
 #endif
                 }
-                store_pack(y1 + off, g1);
-                store_pack(y2 + off, g2);
+                if constexpr ((SCAN_WANTED & 1) != 0) store_pack(y1 + off, g1);
+                if constexpr ((SCAN_WANTED & 2) != 0) store_pack(y2 + off, g2);
 #if SCAN_CELL == 2
-                store_pack(y3 + off, g3);
+                if constexpr ((SCAN_WANTED & 4) != 0) store_pack(y3 + off, g3);
 #endif
 #else
                 store_pack(y1 + off, state);

@@ -172,7 +172,9 @@ def _opcheck_all(device: str, dtype: torch.dtype, cells, backend: str = "fused")
         plain = [t.detach() for t in inputs]
         h0 = None if h0 is None else h0.detach()
         h = library.scan_forward(cell, plain, h0)
-        torch.library.opcheck(library.scan_backward, (cell, plain, h0, torch.randn_like(h), h))
+        every = [True] * (len(plain) + 1)
+        for needs in (every, [False, *every[1:]]):  # all gradients; all but the first input's
+            torch.library.opcheck(library.scan_backward, (cell, plain, h0, torch.randn_like(h), h, needs))
 
 
 def test_opcheck_on_cpu():

@@ -1,6 +1,8 @@
 """Public API on CPU: the reference path, modules (whole sequence and step mode) and input errors."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -73,7 +75,7 @@ def test_empty_extents(shape, with_h0):
         h = op(*xs, h0)
         assert h.shape == shape
         leaves = xs + ([h0] if with_h0 else [])
-        grads = scan_backward(cell, xs, h0, torch.ones(shape), h)
+        grads = scan_backward(cell, xs, h0, torch.ones(shape), h, [True] * (n + 1))
         assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in leaves]
         if with_h0 and shape[1] == 0:
             assert torch.equal(grads[-1], torch.zeros_like(h0))
@@ -88,3 +90,36 @@ def test_modules_check_their_sizes_and_steps(module_type):
     assert all(p.dtype == torch.float64 for p in module.parameters())
     with pytest.raises(TypeError, match="h is torch.float32"):
         module.step(torch.randn(2, 5, dtype=torch.float64), torch.zeros(2, 3))
+
+
+SCAN_OPS = {"linear": (linear_scan, 2), "min_gru": (min_gru_scan, 2), "min_lstm": (min_lstm_scan, 3)}
+
+
+def wanted_gradient_runs(cell: str, B: int, T: int, D: int, device: str, dtype: torch.dtype):
+    """(the gradients of every input and h0, then for each proper subset of them that requires grad: its flags and
+    gradients) for one random draw of `cell`'s inputs (decays in (0, 1) for linear_scan)."""
+    op, count = SCAN_OPS[cell]
+    g = torch.Generator().manual_seed(B * T + D)
+    inputs = [(torch.rand if cell == "linear" and k == 0 else torch.randn)(B, T, D, generator=g) for k in range(count)]
+    values = [t.to(device=device, dtype=dtype) for t in (*inputs, torch.randn(B, D, generator=g))]
+    upstream = torch.randn(B, T, D, generator=g).to(device=device, dtype=dtype)
+
+    def gradients(needs):
+        leaves = [v.clone().requires_grad_(need) for v, need in zip(values, needs)]
+        h = op(*leaves)
+        return torch.autograd.grad(h, [t for t in leaves if t.requires_grad], upstream)
+
+    every = (True,) * (count + 1)
+    subsets = [n for n in itertools.product((False, True), repeat=count + 1) if any(n) and n != every]
+    return gradients(every), [(needs, gradients(needs)) for needs in subsets]
+
+
+@pytest.mark.parametrize("cell", list(SCAN_OPS))
+def test_backward_computes_the_wanted_gradients(cell):
+    """Inputs that do not require grad get none; the others' gradients are those of a call where all do."""
+    full, runs = wanted_gradient_runs(cell, 2, 9, 5, "cpu", torch.float64)
+    for needs, grads in runs:
+        expected = [g for g, need in zip(full, needs) if need]
+        assert len(grads) == len(expected)
+        for k, (got, want) in enumerate(zip(grads, expected)):
+            assert torch.equal(got, want), f"{cell} needs={needs}: gradient {k}"

@@ -4,6 +4,8 @@ memory that held NaN just before (the caching allocator hands the poisoned block
 fails the comparison."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -56,7 +58,8 @@ def _limits(name, dtype, inputs, h0, dy, h_ref, grads_ref, limit) -> dict[str, f
     limits = {"h": limit} | {f"d{i}": limit for i in range(len(grads_ref))}
     if dtype != torch.float32:
         cpu64 = [t.detach().double().cpu() for t in (*inputs, dy, h_ref.to(dtype))]
-        stored = scan_backward(name, cpu64[:-2], None if h0 is None else h0.detach().double().cpu(), *cpu64[-2:])
+        stored = scan_backward(name, cpu64[:-2], None if h0 is None else h0.detach().double().cpu(), *cpu64[-2:],
+                               [True] * (len(inputs) + 1))
         limits.update({f"d{i}": max(limit, 2 * relative_error(g, r))
                        for i, (g, r) in enumerate(zip(stored, grads_ref))})
     return limits
@@ -287,6 +290,33 @@ def test_every_carry_mode(name, dtype, carry, shape):
     solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
     reference."""
     _check_plans(name, dtype, shape, _carry_plans(name, dtype, shape, carry), f"carry={carry}")
+
+
+@pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_backward_writes_the_wanted_gradients(name, dtype, carry):
+    """A backward launch asked for some gradients (`needs`: linear_scan with a fixed `a` skips h_{t-1} and da) writes
+    those into poisoned memory, equal to the launch that writes all (whole lanes bitwise; split lanes to two units of
+    rounding, their look-back), and returns None for the others."""
+    from flashrnn_kernels.scan.function import run_scan
+
+    B, T, D = shape = (3, 1000, 96)
+    plans = _carry_plans(name, dtype, shape, carry)
+    inputs = tuple(t.to(dtype) for t in _random_inputs(name, B, T, D))
+    h0 = (torch.rand(B, D, device="cuda") + 0.1).to(dtype)
+    dy = torch.randn(B, T, D, device="cuda").to(dtype)
+    (h,) = run_scan(name, "forward", inputs, h0, kernel_plan=plans[0])
+    full = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=plans[1])
+    for needs in itertools.product((False, True), repeat=len(inputs) + 1):
+        _poison_allocator(8 * B * T * D + (1 << 20))
+        got = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=plans[1], needs=needs)
+        for k, (g, f, need) in enumerate(zip(got, full, needs)):
+            if not need:
+                assert g is None, (needs, k)
+                continue
+            slack = 0.0 if carry == "whole" else 2 * torch.finfo(f.dtype).eps * f.double().abs().max().item()
+            assert (g.double() - f.double()).abs().max().item() <= slack, f"needs={needs}: gradient {k}"
 
 
 @pytest.mark.parametrize("extra", [0, 1], ids=["staged", "restaged"])
