@@ -4,10 +4,11 @@ Tensors are [B, T, D], contiguous, one floating dtype (fp32, bf16 or fp16; fp32 
 writes h; the backward runs the same kernel in reverse on dL/dh and the saved h and writes the gradients of the
 cell's inputs and of h0.
 
-Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D) (the plans
-themselves are solved once per bucket of B and T), for split lanes the workspace reused per stream (no allocation
-and no memset: every published word carries the launch's epoch), and one launch. A launch captured into a CUDA graph
-takes a workspace zeroed ahead by an eager call and its epoch from the device (GraphWorkspaces).
+Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D, wanted
+gradients) (the plans themselves are solved once per bucket of B and T), for split lanes the workspace reused per
+stream (no allocation and no memset: every published word carries the launch's epoch), and one launch. A launch
+captured into a CUDA graph takes a workspace zeroed ahead by an eager call and its epoch from the device
+(GraphWorkspaces).
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import torch
 from ..runtime.compile import get_kernel
 from ..runtime.device import device_gpu as _device_gpu
 from ..runtime.launch import capture_id, cupy_stream, current_stream_handle, launch
-from .plan import ALL_GRADIENTS, ScanPlan, plan
-from .problem import ScanProblem, bucket
+from .plan import ScanPlan, plan
+from .problem import ALL_GRADIENTS, ScanProblem, bucket
 
 KERNEL_NAME = "flashrnn_scan"
 TORCH_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -31,22 +32,22 @@ state): epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
 _plans: dict[tuple, ScanPlan] = {}
 
 
-def device_plan(cell: str, like: torch.Tensor, direction: str) -> ScanPlan:
-    """The plan for `cell` on `like`'s device for its [B, T, D] shape and dtype (solved once per bucket of B and T,
-    then a dict lookup)."""
+def device_plan(cell: str, like: torch.Tensor, direction: str, wanted: int = ALL_GRADIENTS) -> ScanPlan:
+    """The plan for `cell` on `like`'s device for its [B, T, D] shape and dtype, a backward writing the gradients
+    `wanted` (ScanProblem.wanted): solved once per bucket of B and T, then a dict lookup."""
     index = like.device.index if like.device.index is not None else 0
     B, T, D = like.shape
-    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T))
+    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T), wanted)
     found = _plans.get(key)
     if found is None:
-        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction)
+        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction, wanted)
         found = _plans[key] = plan(problem, _device_gpu(index))
     return found
 
 
 @functools.cache
-def _kernel(p: ScanPlan, device: int, wanted: int = ALL_GRADIENTS):
-    return get_kernel(p.source(wanted), KERNEL_NAME, dynamic_smem=p.stage_bytes, device=device)
+def _kernel(p: ScanPlan, device: int):
+    return get_kernel(p.source(), KERNEL_NAME, dynamic_smem=p.stage_bytes, device=device)
 
 
 class _Launch(NamedTuple):
@@ -67,26 +68,25 @@ _launches: dict[tuple, _Launch] = {}
 _LAUNCHES_KEPT = 4096
 
 
-def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: int,
-               wanted: int = ALL_GRADIENTS) -> _Launch:
+def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: int) -> _Launch:
     d_tiles = p.d_tiles(D)
     lanes = B * d_tiles
     segments = p.segments(lanes, p.chunks(T))
-    return _Launch(_kernel(p, device, wanted), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
+    return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
                    p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
 
 
 def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS) -> _Launch:
-    """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]), its backward writing the
-    gradients `wanted` (ScanPlan.source): a dict lookup after the first call of a shape."""
+    """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]), a backward writing the
+    gradients `wanted`: a dict lookup after the first call of a shape."""
     key = (cell, direction, x.device.index, x.dtype, *x.shape, wanted)
     found = _launches.get(key)
     if found is None:
         if len(_launches) >= _LAUNCHES_KEPT:
             _launches.clear()
         B, T, D = x.shape
-        found = _launches[key] = _launch_of(device_plan(cell, x, direction), B, T, D, x.element_size(),
-                                            x.device.index, wanted)
+        found = _launches[key] = _launch_of(device_plan(cell, x, direction, wanted), B, T, D, x.element_size(),
+                                            x.device.index)
     return found
 
 
@@ -254,9 +254,9 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     """One launch. Forward returns (h,); backward returns (grad of each input..., grad_h0 in fp32 or None).
 
     `needs` (backward): which of the inputs, then h0, want a gradient (None: all); the others get None, and the kernel
-    (compiled for the inputs' flags) neither writes them nor reads h where no wanted gradient needs it (linear_scan
-    with a fixed `a` reads dy and a and writes db alone). `kernel_plan` replaces the solver's plan (benchmarks compare
-    the model's choice with alternatives)."""
+    (planned and compiled for the inputs' flags, ScanProblem.wanted) neither writes them nor reads h where no wanted
+    gradient needs it (linear_scan with a fixed `a` reads dy and a and writes db alone). `kernel_plan` replaces the
+    solver's plan (benchmarks compare the model's choice with alternatives; a backward's is taken for `needs`)."""
     x = inputs[0]
     B, T, D = x.shape
     backward = direction == "backward"
@@ -267,8 +267,10 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
                else None)
     if x.numel() == 0:  # nothing to launch; with no steps h does not depend on h0
         return (*outs, grad_h0.zero_() if grad_h0 is not None else None) if backward else outs
-    wanted = sum(1 << i for i, need in enumerate(needs[:len(inputs)]) if need) if backward else ALL_GRADIENTS
-    run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index, wanted) if kernel_plan is not None
+    wanted = ALL_GRADIENTS & ~sum(1 << i for i, need in enumerate(needs[:len(inputs)]) if not need)
+    if kernel_plan is not None and backward:
+        kernel_plan = kernel_plan.for_gradients(wanted)
+    run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index) if kernel_plan is not None
            else _device_launch(cell, direction, x, wanted))
     access = run.access
     inputs = tuple(_aligned(t, access) for t in inputs)

@@ -10,6 +10,9 @@ DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Storage dtypes and their sizes in bytes; the dict order gives the kernel's SCAN_DTYPE code."""
 
 DIRECTIONS = ("forward", "backward")
+ALL_GRADIENTS = 7
+"""`wanted` of a backward that writes every input's gradient (bit i: input i); run_scan clears the bits of inputs
+whose gradient is not wanted, so that every cell's all-gradient problem is the same."""
 
 
 def bucket(n: int) -> int:
@@ -22,7 +25,8 @@ class ScanProblem:
     """One scan kernel: `cell` over `hidden_dim` channels stored as `dtype`, run `direction`, planned for `batch`
     sequences of `seq_len` steps (the plan's time model; the kernel takes any B and T at launch).
 
-    The backward is the same scan run in reverse (dh_t = dy_t + a_{t+1} dh_{t+1}) with the gradient epilogue.
+    The backward is the same scan run in reverse (dh_t = dy_t + a_{t+1} dh_{t+1}) with the gradient epilogue; it
+    writes the gradients of the inputs whose bits `wanted` sets (bit i: input i; the forward keeps ALL_GRADIENTS).
     """
 
     cell: str
@@ -31,6 +35,7 @@ class ScanProblem:
     batch: int
     seq_len: int
     direction: str = "forward"
+    wanted: int = ALL_GRADIENTS
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
@@ -43,12 +48,16 @@ class ScanProblem:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.wanted not in range(ALL_GRADIENTS + 1) or (self.direction == "forward"
+                                                           and self.wanted != ALL_GRADIENTS):
+            raise ValueError(f"wanted must be a bit set in 0..{ALL_GRADIENTS} (bit i: input i's gradient; none: h0's "
+                             f"alone; the forward takes {ALL_GRADIENTS}), got {self.wanted!r}")
 
     @classmethod
     def for_shape(cls, cell: str, batch: int, seq_len: int, hidden_dim: int, dtype: str,
-                  direction: str = "forward") -> ScanProblem:
+                  direction: str = "forward", wanted: int = ALL_GRADIENTS) -> ScanProblem:
         """The problem of a [batch, seq_len, hidden_dim] scan, batch and seq_len rounded up to powers of two."""
-        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction)
+        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction, wanted)
 
     @property
     def input_count(self) -> int:
@@ -56,20 +65,33 @@ class ScanProblem:
         return 3 if self.cell == "min_lstm" else 2
 
     @property
+    def gradients(self) -> int:
+        """Input gradients the backward writes."""
+        return bin(self.wanted & ((1 << self.input_count) - 1)).count("1")
+
+    @property
+    def reads_h(self) -> bool:
+        """Whether the backward reads the forward's h: the gradients of a's inputs need h_{t-1} (x1's, minLSTM's x2's
+        too; scan.cu, SCAN_READS_H)."""
+        return self.direction == "backward" and bool(self.wanted & (3 if self.cell == "min_lstm" else 1))
+
+    @property
     def staged_count(self) -> int:
         """[B, T, D] values per step the kernel stages in shared memory: forward the inputs; backward a_{t+1}'s
-        inputs, dL/dh_t, h_{t-1} and the minGRU / minLSTM candidate's input (scan.cu, SCAN_STAGED)."""
+        inputs, dL/dh_t, h_{t-1} where it reads h, and the minGRU / minLSTM candidate's input (scan.cu,
+        SCAN_STAGED)."""
         if self.direction == "forward":
             return self.input_count
-        return self.input_count + 1 + (self.cell != "linear")
+        return self.input_count + self.reads_h + (self.cell != "linear")
 
     @property
     def traffic_elements(self) -> int:
         """[B, T, D] tensors read or written once per step: forward the inputs and h; backward dL/dh, the inputs
-        (the linear scan's a alone: its gradients do not depend on b), the forward h and a gradient per input."""
+        (the linear scan's a alone: its gradients do not depend on b), the forward h where it reads it, and the
+        wanted gradients."""
         if self.direction == "forward":
             return self.input_count + 1
-        return 2 * self.input_count + 2 - (self.cell == "linear")
+        return 1 + self.input_count - (self.cell == "linear") + self.reads_h + self.gradients
 
     @property
     def fast_math(self) -> bool:

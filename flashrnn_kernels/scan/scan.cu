@@ -68,17 +68,17 @@ typedef __half elem_t;
 #define SCAN_INPUTS (SCAN_CELL == 2 ? 3 : 2)
 #define SCAN_ACCESS (SCAN_VEC * (int)sizeof(elem_t))                      // bytes of one thread's access
 #define SCAN_OWNED ((SCAN_VEC + SCAN_THREADS_T - 1) / SCAN_THREADS_T)      // channels a thread combines in phase 2
-// Staged inputs per step. Forward: the cell's inputs. Reverse: a_{t+1}'s inputs (slot 0 x1, minLSTM's slot 2 x2),
-// dL/dh_t (slot 1), then what the gradients at t need besides: h_{t-1} (SCAN_SLOT_H) and the candidate's input
-// (SCAN_SLOT_X: minGRU's x2, minLSTM's x3). x1 (minLSTM's x2) at t is step t - 1's slot 0 (2): see rescan.
-#define SCAN_STAGED (SCAN_REVERSE ? SCAN_INPUTS + 1 + (SCAN_CELL != 0) : SCAN_INPUTS)
-#define SCAN_SLOT_H SCAN_INPUTS
-#define SCAN_SLOT_X (SCAN_INPUTS + 1)
-// The backward writes the gradient of input i (y_{i+1}) where bit i of SCAN_WANTED is set (ScanPlan.source; the
-// forward ignores it), and reads
-// h_{t-1} only where one of them needs it: x1's, and minLSTM's x2's (linear_scan with a fixed `a` reads a and dy and
-// writes db alone). Its slot stays in the stage.
+// The backward writes the gradient of input i (y_{i+1}) where bit i of SCAN_WANTED is set (ScanProblem.wanted), and
+// reads h_{t-1} only where one of them needs it: x1's, and minLSTM's x2's (linear_scan with a fixed `a` reads a and dy
+// and writes db alone).
 #define SCAN_READS_H (SCAN_REVERSE && ((SCAN_WANTED & 1) != 0 || (SCAN_CELL == 2 && (SCAN_WANTED & 2) != 0)))
+// Staged inputs per step. Forward: the cell's inputs. Reverse: a_{t+1}'s inputs (slot 0 x1, minLSTM's slot 2 x2),
+// dL/dh_t (slot 1), then what the gradients at t need besides: h_{t-1} (SCAN_SLOT_H, where SCAN_READS_H) and the
+// candidate's input (SCAN_SLOT_X: minGRU's x2, minLSTM's x3). x1 (minLSTM's x2) at t is step t - 1's slot 0 (2): see
+// rescan.
+#define SCAN_STAGED (SCAN_REVERSE ? SCAN_INPUTS + SCAN_READS_H + (SCAN_CELL != 0) : SCAN_INPUTS)
+#define SCAN_SLOT_H SCAN_INPUTS
+#define SCAN_SLOT_X (SCAN_INPUTS + SCAN_READS_H)
 #define SCAN_STAGE (SCAN_STAGED * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks

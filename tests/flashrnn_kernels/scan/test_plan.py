@@ -17,7 +17,7 @@ import pytest
 
 from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
                                         objective, WORK_MODELS, plan, register_cap, register_need)
-from flashrnn_kernels.scan.problem import CELLS, DTYPES, ScanProblem, bucket
+from flashrnn_kernels.scan.problem import ALL_GRADIENTS, CELLS, DTYPES, ScanProblem, bucket
 from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, requires_nvcc
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
@@ -268,7 +268,8 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
         if p is not None:
             plans[p.source()] = p
             if p.problem.cell == "linear" and p.problem.direction == "backward":
-                plans[p.source(wanted=2)] = p  # a fixed: db alone
+                q = p.for_gradients(ALL_GRADIENTS & ~1)  # a fixed: db alone, no h staged
+                plans[q.source()] = q
     with ThreadPoolExecutor(4) as pool:
         logs = list(pool.map(lambda s: _ptxas(s, arch, tmp_path), plans))
     for (source, p), log in zip(plans.items(), logs):
@@ -316,3 +317,23 @@ def test_resident_plans_on_fewer_sms_split_lanes_into_longer_segments():
         assert q.source() == p.source()  # the same kernel, launched with fewer segments
     with pytest.raises(ValueError, match="resident"):
         carry_plan(ScanProblem.for_shape("linear", 3, 4000, 96, "float32"), gpu, "whole").on_fewer_sms(3, 8, 2)
+
+
+def test_a_backward_without_some_gradients_stages_and_moves_less():
+    """ScanProblem.wanted: linear_scan with a fixed `a` stages a and dy (not h) and moves a, dy and db; a minLSTM
+    backward wanting only the candidate's gradient needs no h either; the planner models the fewer bytes."""
+    full = ScanProblem.for_shape("linear", 8, 4096, 1536, "float32", "backward")
+    fixed = ScanProblem.for_shape("linear", 8, 4096, 1536, "float32", "backward", ALL_GRADIENTS & ~1)
+    assert (full.staged_count, full.traffic_elements, full.reads_h) == (3, 5, True)
+    assert (fixed.staged_count, fixed.traffic_elements, fixed.reads_h) == (2, 3, False)
+    candidate = ScanProblem.for_shape("min_lstm", 1, 65536, 64, "bfloat16", "backward", 4)
+    assert (candidate.staged_count, candidate.traffic_elements, candidate.reads_h) == (4, 5, False)
+    gpu = hwmodels.load("H200-SXM-141GB")
+    fixed_plan, full_plan = plan(fixed, gpu), plan(full, gpu)
+    same_shape = dataclasses.replace(full_plan.for_gradients(fixed.wanted), estimate_ns=fixed_plan.estimate_ns)
+    assert fixed_plan == same_shape  # the block shape and stages solved for every gradient
+    assert fixed_plan.stage_bytes == full_plan.stage_bytes * 2 // 3 and fixed_plan.estimate_ns < full_plan.estimate_ns
+    assert ScanProblem.for_shape("linear", 1, 16, 64, "float32", "backward", 4).traffic_elements == 2  # h0's alone
+    for cell, direction, wanted in (("linear", "backward", 8), ("linear", "backward", -1), ("min_gru", "forward", 1)):
+        with pytest.raises(ValueError, match="wanted must be a bit set"):
+            ScanProblem.for_shape(cell, 1, 16, 64, "float32", direction, wanted)
