@@ -123,3 +123,17 @@ def test_backward_computes_the_wanted_gradients(cell):
         assert len(grads) == len(expected)
         for k, (got, want) in enumerate(zip(grads, expected)):
             assert torch.equal(got, want), f"{cell} needs={needs}: gradient {k}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell", list(SCAN_OPS))
+def test_backward_computes_the_wanted_gradients_on_cuda(cell):
+    """The eager CUDA path (its autograd.Function): the same, to two units of rounding where [1, 5000, 64] splits its
+    lane over blocks (the look-back)."""
+    full, runs = wanted_gradient_runs(cell, 1, 5000, 64, "cuda", torch.float32)
+    for needs, grads in runs:
+        expected = [g for g, need in zip(full, needs) if need]
+        assert len(grads) == len(expected)
+        for k, (got, want) in enumerate(zip(grads, expected)):
+            slack = 2 * torch.finfo(want.dtype).eps * want.abs().max().item()
+            assert (got - want).abs().max().item() <= slack, f"{cell} needs={needs}: gradient {k}"
