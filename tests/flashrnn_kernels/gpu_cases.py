@@ -74,9 +74,15 @@ rounding, not to the bit; compute-sanitizer's racecheck, which changes the timin
 
 
 def same_or_rounding(case: str, a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise equal, or for ROUNDING_ONLY cases within two units of rounding of the dtype (relative to max |a|)."""
+    """Bitwise equal, or for ROUNDING_ONLY cases within_rounding."""
     if case not in ROUNDING_ONLY or torch.equal(a, b):
         return torch.equal(a, b)
+    return within_rounding(a, b)
+
+
+def within_rounding(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether b is within two units of rounding of a's dtype, relative to max |a| (what a split lane's look-back
+    allows)."""
     scale = a.double().abs().max().item()
     return max_difference(a, b) <= 2 * torch.finfo(a.dtype).eps * scale
 

@@ -9,6 +9,7 @@ import torch
 from flashrnn_kernels.library import scan_backward
 from flashrnn_kernels.scan import (MinGRU, MinLSTM, linear_scan, min_gru, min_gru_scan, min_lstm, min_lstm_scan,
                                     reference)
+from tests.flashrnn_kernels.gpu_cases import within_rounding
 from tests.tolerances import relative_error
 
 
@@ -114,26 +115,17 @@ def wanted_gradient_runs(cell: str, B: int, T: int, D: int, device: str, dtype: 
     return gradients(every), [(needs, gradients(needs)) for needs in subsets]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("cell", list(SCAN_OPS))
-def test_backward_computes_the_wanted_gradients(cell):
-    """Inputs that do not require grad get none; the others' gradients are those of a call where all do."""
-    full, runs = wanted_gradient_runs(cell, 2, 9, 5, "cpu", torch.float64)
+def test_backward_computes_the_wanted_gradients(cell, device):
+    """Inputs that do not require grad get none; the others' gradients are those of a call where all do: bitwise on
+    the CPU reference; on the eager CUDA path (its autograd.Function) to two units of rounding, since [1, 5000, 64]
+    splits its lane over blocks (the look-back)."""
+    shape, dtype = ((2, 9, 5), torch.float64) if device == "cpu" else ((1, 5000, 64), torch.float32)
+    full, runs = wanted_gradient_runs(cell, *shape, device, dtype)
     for needs, grads in runs:
         expected = [g for g, need in zip(full, needs) if need]
         assert len(grads) == len(expected)
         for k, (got, want) in enumerate(zip(grads, expected)):
-            assert torch.equal(got, want), f"{cell} needs={needs}: gradient {k}"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cell", list(SCAN_OPS))
-def test_backward_computes_the_wanted_gradients_on_cuda(cell):
-    """The eager CUDA path (its autograd.Function): the same, to two units of rounding where [1, 5000, 64] splits its
-    lane over blocks (the look-back)."""
-    full, runs = wanted_gradient_runs(cell, 1, 5000, 64, "cuda", torch.float32)
-    for needs, grads in runs:
-        expected = [g for g, need in zip(full, needs) if need]
-        assert len(grads) == len(expected)
-        for k, (got, want) in enumerate(zip(grads, expected)):
-            slack = 2 * torch.finfo(want.dtype).eps * want.abs().max().item()
-            assert (got - want).abs().max().item() <= slack, f"{cell} needs={needs}: gradient {k}"
+            same = torch.equal(got, want) if device == "cpu" else within_rounding(want, got)
+            assert same, f"{cell} needs={needs}: gradient {k}"
