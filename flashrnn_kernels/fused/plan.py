@@ -194,9 +194,13 @@ def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> Kern
     sol = None if forced else _solve_vector_exchange(problem, gpu, exchange)
     partials, pair_blocks = False, 1
     split_past_cluster = sol is not None and (sol["global_exchange"] or sol["global_k_tiles"] > 0)
-    if problem.direction == "backward" and (forced or (exchange is None and split_past_cluster)):
-        # a head too large for a cluster: summing partial products through global memory may beat gathering the
-        # step vector there (or streaming part of R from L2); pairs of blocks only where clusters exist
+    split = sol is not None and sol["head_blocks"] > 1 and problem.gates > 1
+    if problem.direction == "backward" and (forced or (exchange is None and (split or split_past_cluster))):
+        # a split head: summing partial products through global memory may beat gathering the step vector (or
+        # streaming part of R from L2); pairs of blocks only where clusters exist. Not for a one-gate cell whose
+        # cluster holds the head: Elman's partial sums took 1.07-1.22x the time of its clusters or single blocks at
+        # 12 x 64 to 1 x 512 on the H200 (bf16 and fp32, B=16 and 64), where the other cells' took 0.52-0.97x
+        # (results/fused_plan_variants.md, fused_model_refit_ab.md)
         for pairs in pair_sizes:
             if pairs > 1 and gpu.cluster_max_nonportable < pairs and not forced:
                 continue
@@ -206,6 +210,30 @@ def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> Kern
                 _raise_infeasible(problem, gpu, model)
             if found is not None and (sol is None or found.objective < sol.objective):
                 sol, partials, pair_blocks = found, True, pairs
+    return _plan_from(problem, gpu, sol, partials, pair_blocks)
+
+
+def pinned_plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any, gpu: Any = None,
+                direction: str = "forward", exchange: str | None = None, **pins: int) -> KernelPlan:
+    """The cheapest tiling with some of tiling.build's variables fixed (`pins`, e.g. head_blocks=48, warps_k=8), for
+    benchmarks that time the alternatives to plan()'s choice; not cached. A backward pinned to exchange "partials"
+    or "pairs" takes the partial-sum form. Raises PlanError when the pinned model has no solution."""
+    model_gpu = gpu_model(gpu)
+    problem = FusedProblem(cell, batch, num_heads, head_dim, dtype_name(dtype), direction)
+    _check_architecture(problem, model_gpu)
+    partials = exchange in ("partials", "pairs") and direction == "backward"
+    pair_blocks = 2 if exchange == "pairs" and partials else 1
+    model, objective = tiling.build(problem, model_gpu, exchange="global" if partials else exchange,
+                                    partial_sums=partials, pair_blocks=pair_blocks)
+    for name, value in pins.items():
+        model.add(model.var(name) == value, name=f"pinned {name} = {value}")
+    found = _minimize(model, objective)
+    if found is None:
+        _raise_infeasible(problem, model_gpu, model)
+    return _plan_from(problem, model_gpu, found, partials, pair_blocks)
+
+
+def _plan_from(problem: FusedProblem, gpu: Any, sol: Solution, partials: bool, pair_blocks: int) -> KernelPlan:
     return KernelPlan(
         cell=problem.cell, direction=problem.direction, dtype=problem.dtype, gpu=gpu.name, arch=gpu.arch,
         num_heads=problem.num_heads, head_dim=problem.head_dim, gates=problem.gates, states=problem.states,

@@ -54,7 +54,19 @@ SMEM_BYTES_PER_CYCLE = 128
 EXCHANGE_BARRIER_BYTES = 16  # the mbarriers of the cluster's step-vector exchange (one per vector buffer)
 L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132 SMs at ~1.9 GHz)
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
-CLUSTER_EXCHANGE = 980  # cycles: the cluster's exchange of the step vector (st.async + mbarrier wait)
+CLUSTER_EXCHANGE = {"forward": 600, "backward": 980}  # cycles: the cluster's exchange of the step vector (st.async +
+# mbarrier wait), and what a cluster larger than the portable size adds to the forward's (WIDE_CLUSTER_EXCHANGE). Fitted
+# on an H200 (B=16, T=1024, bf16; results/fused_plan_variants.md): forwards in clusters of 8 took 0.51-0.81 us per step
+# (6 x 128), 0.64x the time of one block per head and 0.77-0.83x of 8 blocks exchanging through global memory;
+# forwards in clusters of 16 took 1.01-1.22x (3 x 256) and 1.25-1.68x (1 x 512 and larger) the global exchange's time
+WIDE_CLUSTER_EXCHANGE = {"forward": 980, "backward": 0}
+CLUSTER_ROW_GROUP = 700  # cycles per 16-row group of a forward's block in a cluster beyond its first: clusters of 8
+# blocks of two groups took 1.08-1.17x the time of the global exchange (LSTM, GRU, sLSTM 3 x 256 bf16), of four groups
+# 1.4x (Elman 1 x 512), where clusters of 8 single-group blocks took 0.77-0.83x its time (6 x 128)
+SHARED_SM_SPLIT = 300  # cycles per further block of a split head's forward on the same SM (H200 forwards at B=64: 6 x
+# 128 bf16 in clusters of 8 at three blocks per SM 0.96-1.05x the time of one block per head, 12 x 64 fp32 in four
+# blocks per head 1.12-1.21x, where at B=16, one block per SM, they took 0.65-0.73x and 0.69-0.81x; 1 x 512 bf16 at
+# two blocks per SM through global memory 0.46x the time of clusters of 16)
 CLUSTER_BARRIER_IN_STEP = 900  # cycles: a second cluster barrier per step waits for the slowest block (~0.45 us)
 GLOBAL_EXCHANGE = 150  # cycles per step of the global exchange besides its rounds and bytes (the three terms fitted
 # to an H200, B=16, T=1024, bf16, per step: 1x768 forward 2.14 us in 48 blocks, 1x768 backward 8.2 us in 48 blocks,
@@ -67,6 +79,9 @@ EXCHANGE_REGISTERS = 32  # the polled words in flight
 FRAGMENT_LOADS = 32  # the forward's B fragments a lane polls per step, at most (engine.cuh's FragmentExchange)
 FRAGMENT_LOAD = 120  # cycles per fragment a lane polls, fitted together with the k-split term: the 1x768 bf16 forward
 # on an H200 (B=16, T=1024) measured 1.57 us per step with 8 warps polling 6 fragments each, 1.65 us with 4 x 12
+FRAGMENT_L2_BYTES_PER_CYCLE = 38  # per SM, the forward's polled B fragments (the global exchange's forwards of 3 x 256
+# to 1 x 1024 on the H200 took 0.77-1.11 us per step, about 0.8 cycles more per element of K, results/
+# fused_plan_variants.md)
 EXCHANGE_L2_BYTES_PER_CYCLE = 12  # per SM reading the tagged vector: every block reads the same lines (half the
 # streaming rate; fitted so that the 1x768 backward, measured 7.8 us per step through global memory against 7.3 in
 # clusters of 16, stays in clusters)
@@ -302,7 +317,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     m.add(clustered + glob <= 1, name="one way of exchanging the step vector")
     m.add(m.any_of([glob == 1] + [cb == c for c in cluster_sizes]),
           name=f"a cluster has {'/'.join(map(str, cluster_sizes))} blocks on {gpu.name}")
-    if exchange is None and cluster_limit > 1:
+    if exchange is None and cluster_limit > 1 and p.direction == "backward" and not partial_sums:
         m.add(glob * cb >= glob * (cluster_limit + 1),
               name="through global memory only a head split over more blocks than a cluster holds (6x128 bf16 on an "
                    "H200, B=16, T=1024: 1.54 ms forward through global memory in 8 blocks, 1.23 ms in one block)")
@@ -325,7 +340,14 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
         + (4 - stages) * STAGE_LATENCY
     )
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
-        step = step + clustered * CLUSTER_EXCHANGE + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
+        step = step + clustered * CLUSTER_EXCHANGE[p.direction] + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
+        if p.direction == "forward":
+            step = step + clustered * (wm - 1) * CLUSTER_ROW_GROUP
+        if cluster_limit > gpu.cluster_max_portable and WIDE_CLUSTER_EXCHANGE[p.direction]:
+            wide = m.int_var(0, 1, "wide_cluster")
+            m.add(clustered * cb <= gpu.cluster_max_portable + cluster_limit * wide,
+                  name=f"a cluster of more than {gpu.cluster_max_portable} blocks is a wide one")
+            step = step + wide * WIDE_CLUSTER_EXCHANGE[p.direction]
     if partial_sums:  # read this block's share of every block's partial sums, write its own for every unit
         # (1x768 bf16 on an H200, B=16, T=1024: 4494 cycles predicted, about 2.9 us per step measured, against
         # 11772 and 7.3 us for clusters of 16 gathering the gate gradients)
@@ -334,9 +356,12 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
         exchange_read = exchange_read + (PAIR_EXCHANGE if pair_blocks > 1 else 0)
         loads = partial_words(p, wm, nt, pair_blocks) // 4  # 16-byte loads of the share
     else:  # read the whole tagged vector
-        exchange_read = nt * (exchange_bytes(p, 1) // EXCHANGE_L2_BYTES_PER_CYCLE)
+        rate = FRAGMENT_L2_BYTES_PER_CYCLE if p.direction == "forward" else EXCHANGE_L2_BYTES_PER_CYCLE
+        exchange_read = nt * (exchange_bytes(p, 1) // rate)
         loads = glob * nt * k_dim(p) * e  # pairs of words of a fill
     step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + exchange_read)
+    if p.direction == "forward":
+        step = step + (per_sm - 1) * (clustered + glob) * SHARED_SM_SPLIT
     if p.direction == "forward":  # each warp polls the fragments of its K slice
         step = step + glob * kt_w * nt * FRAGMENT_LOAD
     elif exchange != "cluster":  # rounds of polled loads: every thread reads its share
