@@ -11,7 +11,7 @@ import hwmodels
 from flashrnn_kernels.cells import CELLS
 from flashrnn_kernels.fused import plan as plan_module
 from flashrnn_kernels.fused import tiling
-from flashrnn_kernels.fused.plan import KernelPlan, PlanError, plan
+from flashrnn_kernels.fused.plan import KernelPlan, PlanError, pinned_plan, plan
 from flashrnn_kernels.fused.problem import HEAD_DIMS, FusedProblem
 
 FUSED_GPUS = [name for name in hwmodels.available() if hwmodels.load(name).compute_capability >= (8, 0)]
@@ -281,3 +281,15 @@ def test_the_optimum_is_one_tiling(cell, batch, num_heads, head_dim, direction, 
     best = m.minimize(objective)
     m.add(objective == best.objective)
     assert len({tuple(s[f] for f in PLAN_FIELDS) for s in m.solutions(limit=50)}) == 1
+
+
+def test_pinned_plan_fixes_the_named_variables_and_says_when_none_fits():
+    gpu = hwmodels.load("H200")
+    chosen = plan("lstm", 16, 6, 128, "bf16", gpu=gpu)
+    pinned = pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="global", head_blocks=4)
+    assert pinned.global_exchange and pinned.head_blocks == 4 and pinned.objective >= chosen.objective
+    check_limits(pinned, gpu, 16)
+    pairs = pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, direction="backward", exchange="pairs")
+    assert pairs.partial_sums and pairs.pair_blocks == 2
+    with pytest.raises(PlanError, match="pinned head_blocks = 3"):  # 3 does not divide the 8 row groups
+        pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="global", head_blocks=3)
