@@ -60,9 +60,11 @@ CLUSTER_EXCHANGE = {"forward": 600, "backward": 980}  # cycles: the cluster's ex
 # (6 x 128), 0.64x the time of one block per head and 0.77-0.83x of 8 blocks exchanging through global memory;
 # forwards in clusters of 16 took 1.01-1.22x (3 x 256) and 1.25-1.68x (1 x 512 and larger) the global exchange's time
 WIDE_CLUSTER_EXCHANGE = {"forward": 980, "backward": 0}
-CLUSTER_ROW_GROUP = 700  # cycles per 16-row group of a forward's block in a cluster beyond its first: clusters of 8
-# blocks of two groups took 1.08-1.17x the time of the global exchange (LSTM, GRU, sLSTM 3 x 256 bf16), of four groups
-# 1.4x (Elman 1 x 512), where clusters of 8 single-group blocks took 0.77-0.83x its time (6 x 128)
+CLUSTER_PUSH = 100  # cycles per further block of a forward's cluster and per further 16 x 8 tile of the h slice each
+# block pushes to it (16 rows x 8 batch columns): clusters of 8 blocks of two row groups took 1.08-1.17x the time of
+# the global exchange (LSTM, GRU, sLSTM 3 x 256 bf16, B=16), of four groups 1.4x (Elman 1 x 512), where clusters of 8
+# single-group blocks took 0.77-0.83x its time (6 x 128); clusters of 16 with batch tiles of 32 took 1.32-1.53x the
+# time of tiles of 8 (sLSTM and Elman 1 x 512 / 2 x 512, B=256)
 SHARED_SM_SPLIT = 300  # cycles per further block of a split head's forward on the same SM (H200 forwards at B=64: 6 x
 # 128 bf16 in clusters of 8 at three blocks per SM 0.96-1.05x the time of one block per head, 12 x 64 fp32 in four
 # blocks per head 1.12-1.21x, where at B=16, one block per SM, they took 0.65-0.73x and 0.69-0.81x; 1 x 512 bf16 at
@@ -342,7 +344,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     if cluster_limit > 1:  # cluster terms only where clusters exist (they would be constant zero otherwise)
         step = step + clustered * CLUSTER_EXCHANGE[p.direction] + (2 - vb) * clustered * CLUSTER_BARRIER_IN_STEP
         if p.direction == "forward":
-            step = step + clustered * (wm - 1) * CLUSTER_ROW_GROUP
+            step = step + clustered * (cb - 1) * (wm * nt - 1) * CLUSTER_PUSH
         if cluster_limit > gpu.cluster_max_portable and WIDE_CLUSTER_EXCHANGE[p.direction]:
             wide = m.int_var(0, 1, "wide_cluster")
             m.add(clustered * cb <= gpu.cluster_max_portable + cluster_limit * wide,
