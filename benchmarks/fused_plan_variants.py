@@ -162,6 +162,7 @@ def measure(cell: str, batch: int, nh: int, dh: int, dname: str, direction: str,
                      "timed": "fwd" if direction == "forward" else "fwd+bwd", "variant": label,
                      "exchange": exchange_of(variant), "ms": round(ms, 4), "vs_planned": round(ms / base, 4),
                      "head_blocks": variant.head_blocks, "warps_m": variant.warps_m, "warps_k": variant.warps_k,
+                     "batch_tile": variant.batch_tile,
                      "reg_k_tiles": variant.reg_k_tiles, "objective": variant.objective, "error": checks[label]})
         print(rows[-1], flush=True)
     return rows
