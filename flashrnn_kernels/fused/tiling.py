@@ -321,8 +321,8 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
           name=f"a cluster has {'/'.join(map(str, cluster_sizes))} blocks on {gpu.name}")
     if exchange is None and cluster_limit > 1 and p.direction == "backward" and not partial_sums:
         m.add(glob * cb >= glob * (cluster_limit + 1),
-              name="through global memory only a head split over more blocks than a cluster holds (6x128 bf16 on an "
-                   "H200, B=16, T=1024: 1.54 ms forward through global memory in 8 blocks, 1.23 ms in one block)")
+              name="a backward gathers the gate gradients through global memory only for a head split over more "
+                   "blocks than a cluster holds (below it, a cluster gathers them or the blocks sum partial products)")
     m.add(glob * p.num_heads * cb * tiles <= gpu.sm_count * per_sm,
           name=f"a global exchange needs every block resident at once (<= {gpu.sm_count} SMs x blocks per SM)")
     link = m.int_var(MMA_LATENCY, 1 << 16, "mma_link_cycles")
@@ -362,10 +362,8 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
         exchange_read = nt * (exchange_bytes(p, 1) // rate)
         loads = glob * nt * k_dim(p) * e  # pairs of words of a fill
     step = step + (cb - 1) * nt * wm * e + glob * (GLOBAL_EXCHANGE + exchange_read)
-    if p.direction == "forward":
-        step = step + (per_sm - 1) * (clustered + glob) * SHARED_SM_SPLIT
-    if p.direction == "forward":  # each warp polls the fragments of its K slice
-        step = step + glob * kt_w * nt * FRAGMENT_LOAD
+    if p.direction == "forward":  # each warp polls the fragments of its K slice; split heads sharing an SM
+        step = step + glob * kt_w * nt * FRAGMENT_LOAD + (per_sm - 1) * (clustered + glob) * SHARED_SM_SPLIT
     elif exchange != "cluster":  # rounds of polled loads: every thread reads its share
         most = p.head_dim * 8 // 128 if partial_sums else -(-max_tiles * k_dim(p) * e // (EXCHANGE_LOADS * 32))
         rounds = m.int_var(0, max(1, most), "exchange_rounds")
