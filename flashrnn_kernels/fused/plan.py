@@ -255,14 +255,13 @@ def _solve_vector_exchange(problem: FusedProblem, gpu: Any, exchange: str | None
     """The least-cost tiling that exchanges the step vector (raises PlanError when there is none)."""
     sol = None
     if exchange is None and gpu.cluster_max_nonportable == 1:
-        # without clusters, through global memory only where one block cannot hold R on chip (as on sm_90 only for
-        # heads larger than a cluster, tiling.build)
+        # without clusters, through global memory only where one block cannot hold R on chip (the global exchange's
+        # gains over single blocks were measured on sm_90 only)
         sol = _minimize(*tiling.build(problem, gpu, exchange="cluster"))
     if sol is None:
         sol = _minimize(*tiling.build(problem, gpu, exchange=exchange))
     if sol is not None and sol["global_exchange"] and exchange is None and gpu.cluster_max_nonportable > 1:
-        # R on chip only over more blocks than a cluster holds: a cluster streaming part of R from L2 may still be
-        # faster than the exchange through global memory
+        # a cluster streaming part of R from L2 may still be faster than the exchange through global memory
         streamed = _minimize(*tiling.build(problem, gpu, stream_from_l2=True, exchange="cluster"))
         if streamed is not None and streamed.objective < sol.objective:
             sol = streamed
