@@ -30,10 +30,11 @@ by half of R^T's rows: half the partial sums, for one exchange inside the pair p
 Cost: predicted cycles of one recurrent step for the whole grid (waves x per-step latency): the mma chain over
 the warp's k-tiles, shared-memory traffic for A fragments in shared memory and for the step's vector, the
 k-split reduction, the pointwise cell step, synchronisation (block barrier ~0.04 us; the cluster's exchange of the
-step vector ~0.5 us; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: reading
-the whole tagged vector from L2, in rounds of polled loads backward and as each warp's polled B fragments forward),
-and the step's HBM traffic. The synchronisation costs come from H200 measurements and are coarse: the 1x768
-forward's cluster exchange, with the skew between the 16 blocks it absorbs, measured 0.7-1.0 us per step.
+step vector, ~0.3 us forward in clusters of up to 8 blocks and ~0.8 us in 16, plus the slice each block pushes to the
+others; a second cluster barrier per step with one vector buffer ~0.45 us; the global exchange: reading the whole
+tagged vector from L2, in rounds of polled loads backward and as each warp's polled B fragments forward; split-head
+blocks sharing an SM), and the step's HBM traffic. The synchronisation costs come from H200 measurements and are
+coarse; results/fused_plan_measurements.csv holds the tilings timed side by side, and a CPU test holds plan() to it.
 """
 from __future__ import annotations
 
