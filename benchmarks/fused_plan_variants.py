@@ -25,7 +25,7 @@ import torch
 import common
 import flashrnn_kernels
 from flashrnn_kernels.fused import function
-from flashrnn_kernels.fused.plan import KernelPlan, pinned_plan
+from flashrnn_kernels.fused.plan import KernelPlan, PlanError, pinned_plan
 
 PLANNED = function.plan
 EXCHANGES = {"forward": {"cluster": ("cluster", dict(clustered=1)), "global": ("global", {})},
@@ -42,7 +42,7 @@ def variants(cell: str, batch: int, nh: int, dh: int, dtype: torch.dtype, direct
     for name, (exchange, pins) in EXCHANGES[direction].items():
         try:
             alternative = pinned_plan(cell, batch, nh, dh, dtype, direction=direction, exchange=exchange, **pins)
-        except Exception:  # PlanError: no such tiling (a head too small to split, too large for a cluster)
+        except PlanError:  # no such tiling (a head too small to split, too large for a cluster)
             continue
         if alternative != planned:
             found[name] = alternative
@@ -74,14 +74,6 @@ def errors(case: common.Case, backward: bool) -> float:
     got = run(args, "fused")
     expected = run(tuple(a.detach().double().requires_grad_() for a in args), "reference")
     return max(common.relative_error(a, e) for a, e in zip(got, expected))
-
-
-def exchange_of(found) -> str:
-    if found.pair_blocks > 1:
-        return "pairs"
-    if found.partial_sums:
-        return "partials"
-    return "global" if found.global_exchange else "cluster" if found.head_blocks > 1 else "block"
 
 
 def _ints(text: str) -> list[int]:
@@ -130,7 +122,7 @@ def measure(cell: str, batch: int, nh: int, dh: int, dname: str, direction: str,
     try:
         found = ({"planned": PLANNED(cell, batch, nh, dh, dtype, direction=direction), "previous": previous}
                  if previous else variants(cell, batch, nh, dh, dtype, direction))
-    except Exception as exc:  # no tiling at all on this GPU
+    except PlanError as exc:  # no tiling at all on this GPU
         print(f"{cell} {nh}x{dh} {dname} B={batch} {direction}: {exc}", flush=True)
         return []
     if len(found) == 1:
@@ -160,7 +152,7 @@ def measure(cell: str, batch: int, nh: int, dh: int, dname: str, direction: str,
         ms = statistics.median(times[label]) if times[label] else float("nan")
         rows.append({"cell": cell, "shape": f"{nh}x{dh}", "dtype": dname, "batch": batch,
                      "timed": "fwd" if direction == "forward" else "fwd+bwd", "variant": label,
-                     "exchange": exchange_of(variant), "ms": round(ms, 4), "vs_planned": round(ms / base, 4),
+                     "exchange": variant.exchange, "ms": round(ms, 4), "vs_planned": round(ms / base, 4),
                      "head_blocks": variant.head_blocks, "warps_m": variant.warps_m, "warps_k": variant.warps_k,
                      "batch_tile": variant.batch_tile,
                      "reg_k_tiles": variant.reg_k_tiles, "objective": variant.objective, "error": checks[label]})

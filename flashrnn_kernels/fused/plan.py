@@ -72,6 +72,16 @@ class KernelPlan:
         return FusedProblem(self.cell, self.batch_tile, self.num_heads, self.head_dim, self.dtype, self.direction)
 
     @property
+    def exchange(self) -> str:
+        """How a step's values cross the blocks of a head: "block" (one block per head), "cluster", "global", or the
+        backward's partial sums of single blocks ("partials") or of pairs ("pairs"); tiling.EXCHANGES."""
+        if self.pair_blocks > 1:
+            return "pairs"
+        if self.partial_sums:
+            return "partials"
+        return "global" if self.global_exchange else "cluster" if self.head_blocks > 1 else "block"
+
+    @property
     def threads(self) -> int:
         return 32 * self.warps_m * self.warps_k
 
@@ -217,13 +227,15 @@ def pinned_plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any
                 direction: str = "forward", exchange: str | None = None, **pins: int) -> KernelPlan:
     """The cheapest tiling with some of tiling.build's variables fixed (`pins`, e.g. head_blocks=48, warps_k=8), for
     benchmarks that time the alternatives to plan()'s choice; not cached. A backward pinned to exchange "partials"
-    or "pairs" takes the partial-sum form. Raises PlanError when the pinned model has no solution."""
+    or "pairs" takes the partial-sum form, a forward takes them as "global" (as plan() does). Raises PlanError when the
+    pinned model has no solution."""
     model_gpu = gpu_model(gpu)
     problem = FusedProblem(cell, batch, num_heads, head_dim, dtype_name(dtype), direction)
     _check_architecture(problem, model_gpu)
     partials = exchange in ("partials", "pairs") and direction == "backward"
     pair_blocks = 2 if exchange == "pairs" and partials else 1
-    model, objective = tiling.build(problem, model_gpu, exchange="global" if partials else exchange,
+    model, objective = tiling.build(problem, model_gpu,
+                                    exchange="global" if exchange in ("partials", "pairs") else exchange,
                                     partial_sums=partials, pair_blocks=pair_blocks)
     for name, value in pins.items():
         model.add(model.var(name) == value, name=f"pinned {name} = {value}")

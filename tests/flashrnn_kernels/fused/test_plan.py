@@ -291,5 +291,8 @@ def test_pinned_plan_fixes_the_named_variables_and_says_when_none_fits():
     check_limits(pinned, gpu, 16)
     pairs = pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, direction="backward", exchange="pairs")
     assert pairs.partial_sums and pairs.pair_blocks == 2
+    assert (chosen.exchange, pinned.exchange, pairs.exchange) == ("cluster", "global", "pairs")
+    forward = pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="pairs")  # the forward takes it as global
+    assert forward.exchange == "global" and forward == plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="pairs")
     with pytest.raises(PlanError, match="pinned head_blocks = 3"):  # 3 does not divide the 8 row groups
         pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="global", head_blocks=3)

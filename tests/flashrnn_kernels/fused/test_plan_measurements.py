@@ -18,14 +18,6 @@ MEASUREMENTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / 
 GPU = "H200-SXM-141GB"
 
 
-def exchange(p: KernelPlan) -> str:
-    if p.pair_blocks > 1:
-        return "pairs"
-    if p.partial_sums:
-        return "partials"
-    return "global" if p.global_exchange else "cluster" if p.head_blocks > 1 else "block"
-
-
 def groups() -> dict[tuple, list[dict]]:
     """Measured tilings per problem and run (a backward is timed with its run's forward, so runs are not mixed)."""
     found = defaultdict(list)
@@ -39,7 +31,7 @@ def groups() -> dict[tuple, list[dict]]:
 def matches(row: dict, p: KernelPlan) -> bool:
     """The measured row is `p`'s tiling (its batch tile where the row records one)."""
     return (row["exchange"], int(row["head_blocks"]), int(row["warps_m"]), int(row["warps_k"])) == (
-        exchange(p), p.head_blocks, p.warps_m, p.warps_k) and row["batch_tile"] in ("", str(p.batch_tile))
+        p.exchange, p.head_blocks, p.warps_m, p.warps_k) and row["batch_tile"] in ("", str(p.batch_tile))
 
 
 def test_plans_are_measured_and_near_the_fastest_measured_tiling(tmp_path, monkeypatch):
