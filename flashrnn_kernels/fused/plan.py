@@ -234,15 +234,21 @@ def pinned_plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any
     _check_architecture(problem, model_gpu)
     partials = exchange in ("partials", "pairs") and direction == "backward"
     pair_blocks = 2 if exchange == "pairs" and partials else 1
-    model, objective = tiling.build(problem, model_gpu,
-                                    exchange="global" if exchange in ("partials", "pairs") else exchange,
-                                    partial_sums=partials, pair_blocks=pair_blocks)
-    for name, value in pins.items():
-        model.add(model.var(name) == value, name=f"pinned {name} = {value}")
-    found = _minimize(model, objective)
+    vector_exchange = "global" if exchange in ("partials", "pairs") else exchange
+    model, objective = tiling.build(problem, model_gpu, exchange=vector_exchange, partial_sums=partials,
+                                    pair_blocks=pair_blocks)
+    found = _minimize_pinned(model, objective, pins)
+    if found is None and not partials:  # as plan(): where no tiling keeps R on chip, part of it streams from L2
+        found = _minimize_pinned(*tiling.build(problem, model_gpu, stream_from_l2=True, exchange=vector_exchange), pins)
     if found is None:
         _raise_infeasible(problem, model_gpu, model)
     return _plan_from(problem, model_gpu, found, partials, pair_blocks)
+
+
+def _minimize_pinned(model: Any, objective: Any, pins: dict[str, int]) -> Solution | None:
+    for name, value in pins.items():
+        model.add(model.var(name) == value, name=f"pinned {name} = {value}")
+    return _minimize(model, objective)
 
 
 def _plan_from(problem: FusedProblem, gpu: Any, sol: Solution, partials: bool, pair_blocks: int) -> KernelPlan:

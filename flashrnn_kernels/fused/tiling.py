@@ -53,7 +53,10 @@ MMA_LATENCY = 33  # cycles of a dependent mma.sync chain link
 MMA_ISSUE = {"bf16": 8, "fp16": 8, "fp32": 30}  # cycles per mma tile and sub-partition (fp32: 3 tf32 mmas)
 SMEM_BYTES_PER_CYCLE = 128
 EXCHANGE_BARRIER_BYTES = 16  # the mbarriers of the cluster's step-vector exchange (one per vector buffer)
-L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132 SMs at ~1.9 GHz)
+L2_BYTES_PER_CYCLE = 24  # per SM with every SM streaming (~5.5 TB/s L2 over 132 SMs at ~1.9 GHz), shared by the SM's
+# co-resident blocks: charged per block alone, heads streamed at 2-4 blocks per SM were planned into batch tiles of 8
+# and 4 blocks per SM that took 2.1x the time of the tilings the shared rate picks (H200, B=256: LSTM / GRU 1 x 1024
+# bf16, 1 x 512 and 2 x 512 fp32; results/fused_l2_stream_ab.md)
 BLOCK_BARRIER = 80  # cycles (0.04 us at ~2 GHz)
 CLUSTER_EXCHANGE = {"forward": 600, "backward": 980}  # cycles: the cluster's exchange of the step vector (st.async +
 # mbarrier wait), and what a cluster larger than the portable size adds to the forward's (WIDE_CLUSTER_EXCHANGE). Fitted
@@ -333,7 +336,7 @@ def build(p: FusedProblem, gpu: Any, stream_from_l2: bool = False, exchange: str
     step = (
         kt_w * link
         + warps * (kt_w - reg_kt - glob_kt) * mt * fragment_bytes(p) // SMEM_BYTES_PER_CYCLE
-        + warps * glob_kt * mt * fragment_bytes(p) // L2_BYTES_PER_CYCLE
+        + per_sm * warps * glob_kt * mt * fragment_bytes(p) // L2_BYTES_PER_CYCLE
         + warps * kt_w * nt * 256 // SMEM_BYTES_PER_CYCLE
         + (0 if partial_sums else (wk - 1) * (BLOCK_BARRIER + mt * nt * 16))
         + (warps + 3) // 4 * elems * (p.gates * POINTWISE_PER_GATE + POINTWISE_FIXED)

@@ -296,3 +296,16 @@ def test_pinned_plan_fixes_the_named_variables_and_says_when_none_fits():
     assert forward.exchange == "global" and forward == plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="pairs")
     with pytest.raises(PlanError, match="pinned head_blocks = 3"):  # 3 does not divide the 8 row groups
         pinned_plan("lstm", 16, 6, 128, "bf16", gpu=gpu, exchange="global", head_blocks=3)
+
+
+def test_pinned_plan_streams_r_from_l2_where_plan_does():
+    # R of one 1 x 512 fp32 head (4 MiB) fits on no cluster's chips: plan() streams part of it from L2, and so does
+    # a pinned tiling; without any pin the two agree
+    gpu = hwmodels.load("H200")
+    chosen = plan("lstm", 256, 1, 512, "fp32", gpu=gpu)
+    assert chosen.global_k_tiles > 0
+    assert pinned_plan("lstm", 256, 1, 512, "fp32", gpu=gpu) == chosen
+    pinned = pinned_plan("lstm", 256, 1, 512, "fp32", gpu=gpu, head_blocks=8, warps_m=4)
+    assert (pinned.head_blocks, pinned.warps_m) == (8, 4) and pinned.global_k_tiles > 0
+    assert pinned.objective >= chosen.objective
+    check_limits(pinned, gpu, 256)

@@ -55,11 +55,8 @@ def test_plans_are_measured_and_near_the_fastest_measured_tiling(tmp_path, monke
     assert not unmeasured, "plans on tilings never measured:\n" + "\n".join(unmeasured)
     geomean = math.exp(sum(map(math.log, regrets.values())) / len(regrets))
     assert geomean <= 1.025, f"plans take {geomean:.3f}x the fastest measured tiling's time (geometric mean)"
-    worst = max(regrets, key=regrets.get)
-    # the GRU 1 x 1024 forward at B=256 keeps batch tiles of 8 where 16 took half the time (NOTES.md)
-    assert regrets[worst] <= 2.1, f"{worst}: {regrets[worst]:.2f}x the fastest measured tiling"
     slow = sorted((r, k) for k, r in regrets.items() if r > 1.25)
-    assert len(slow) <= 1, f"plans over 1.25x the fastest measured tiling besides the GRU 1 x 1024 one: {slow}"
+    assert not slow, f"plans over 1.25x the fastest measured tiling: {slow}"
 
 
 @pytest.mark.parametrize("row", [{"exchange": "cluster", "head_blocks": "8", "warps_m": "1", "warps_k": "2",
