@@ -7,8 +7,9 @@ Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cann
   scan_forward(cell, inputs, h0?) -> h
   scan_backward(cell, inputs, h0?, dh, h, needs) -> [d input..., dh0 (when h0 is given)], those that `needs` asks for
 CUDA runs the kernels (fused/function.py, or alternating/function.py for backend "alternating"; scan/function.py).
-Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops. CPU runs the
-pure-PyTorch references (fused/reference.py, scan/reference.py) forward; their backward ops are written out here
+Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops, and so does the CPU
+forward (in float64 for float64 inputs). CPU runs the pure-PyTorch references (fused/reference.py, scan/reference.py)
+forward; their backward ops are written out here
 (the cell's pointwise backward in reverse, the reverse linear scan), as autograd does not run inside an op's
 implementation. Each op has a fake implementation (shapes and dtypes only) and its autograd is registered with
 `register_autograd`.
@@ -35,12 +36,23 @@ SCAN_LOOPS = {
 
 
 def _fused_saves(Wx: Tensor, states: Tensor, training: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Shapes of (gates_save, states_save): filled by the CUDA forward when training, else empty ((0,))."""
+    """Shapes of (gates_save, states_save): filled by the forward when training (the CUDA kernels, or on CPU the
+    reference), else empty ((0,))."""
     B, T, G, NH, DH = Wx.shape
     S = states.shape[0]
-    if not training or Wx.device.type != "cuda":
+    if not training:
         return (0,), (0,)
     return (B, T, G, NH, DH), ((S - 1, B, T + 1, NH, DH) if S > 1 else (0,))
+
+
+def _save_dtype(Wx: Tensor) -> torch.dtype:
+    """The saves' dtype: the compute dtype, float32 (float64 for float64 inputs, which only the CPU reference runs)."""
+    return torch.float64 if Wx.dtype == torch.float64 else torch.float32
+
+
+def _missing_saves() -> ValueError:
+    return ValueError("flashrnn_kernels::flashrnn_backward got no saved gate values: the forward ran with "
+                      "training=False; run it with training=True to differentiate")
 
 
 def _cell(name: str) -> str:
@@ -59,34 +71,34 @@ def _contiguous(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _reference_backward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, d_h: Tensor, d_last: Tensor,
-                        cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of flashrnn_reference's (h, last) w.r.t. (Wx, R, b, states), by the cell's pointwise backward
-    (CellSpec.torch_backward) run in reverse over the steps, as the CUDA backward does; no autograd, which does
-    not run inside an op's implementation. Same compute dtype as the reference."""
+def _reference_backward(R: Tensor, states: Tensor, h: Tensor, gates_save: Tensor, states_save: Tensor,
+                        d_h: Tensor, d_last: Tensor, cell: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of flashrnn_reference's (h, last) w.r.t. (Wx, R, b, states) from the forward's saves, by the
+    cell's pointwise backward (CellSpec.torch_backward) run in reverse over the steps, as the CUDA backward does; no
+    autograd, which does not run inside an op's implementation. Computes in the saves' dtype."""
     spec = CELLS[cell]
-    out_dtype = Wx.dtype
-    compute = out_dtype if out_dtype in (torch.float32, torch.float64) else torch.float32
-    Wx, R, b, states, d_h, d_last = (t.to(compute) for t in (Wx, R, b, states, d_h, d_last))
-    first = spec.states[0]
-    current = {name: states[k] for k, name in enumerate(spec.states)}
+    out_dtype, compute = h.dtype, gates_save.dtype
+    R, states, h, d_h, d_last = (t.to(compute) for t in (R, states, h, d_h, d_last))
+    first, carried = spec.states[0], spec.states[1:]
+    T = h.shape[1]
+    h_prev = torch.cat([states[0].unsqueeze(1), h[:, :-1]], dim=1)  # [B, T, NH, DH]
+
+    def states_at(t: int) -> dict[str, Tensor]:  # before step t; t = T: the last
+        found = {first: h_prev[:, t] if t < T else h[:, -1]}
+        found.update({name: states_save[k, :, t] for k, name in enumerate(carried)})
+        return found
+
     products = HeadProducts(R)
-    steps = []  # (previous states, gate values, new states) per step
-    for t in range(Wx.shape[1]):
-        pre = Wx[:, t] + b + products.recurrent(current[first])
-        new, gates = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
-        steps.append((current, gates, new))
-        current = new
     d_state = {name: d_last[k] for k, name in enumerate(spec.states)}
-    d_wx = torch.empty_like(Wx)
-    for t in reversed(range(Wx.shape[1])):
-        previous, gates, new = steps[t]
+    d_wx = torch.empty_like(gates_save)
+    for t in reversed(range(T)):
         d_state[first] = d_state[first] + d_h[:, t]
-        d_pre, d_previous = spec.torch_backward(gates, previous, new, d_state)
-        d_wx[:, t] = torch.stack([torch.broadcast_to(d_pre[g], Wx[:, t, 0].shape) for g in spec.gates], dim=1)
+        gates = {g: gates_save[:, t, k] for k, g in enumerate(spec.gates)}
+        d_pre, d_previous = spec.torch_backward(gates, states_at(t), states_at(t + 1), d_state)
+        for k, g in enumerate(spec.gates):
+            d_wx[:, t, k] = d_pre[g]
         d_previous[first] = d_previous[first] + products.transposed(d_wx[:, t])
         d_state = d_previous
-    h_prev = torch.stack([steps[t][0][first] for t in range(Wx.shape[1])], dim=1)  # [B, T, NH, DH]
     d_r = torch.einsum("btgno,btni->gnoi", d_wx, h_prev)
     d_states = torch.stack([torch.broadcast_to(d_state[name], states[0].shape) for name in spec.states])
     grads = (d_wx, d_r, d_wx.sum(dim=(0, 1)), d_states)
@@ -141,13 +153,14 @@ def _cuda_functions(backend: str):
 def flashrnn_forward(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str, training: bool,
                      backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Wx [B, T, G, NH, DH], R [G, NH, DH, DH], b [G, NH, DH], states [S, B, NH, DH] -> (h [B, T, NH, DH],
-    last [S, B, NH, DH], gates_save, states_save); the saves are the fp32 values the CUDA backward reads (empty on
-    CPU and when not `training`). `backend`: the CUDA implementation, "fused" or "alternating" (CPU: the
-    reference either way)."""
+    last [S, B, NH, DH], gates_save, states_save); the saves are the values the backward reads (the gate values and
+    the states after h, in _save_dtype; empty when not `training`). `backend`: the CUDA implementation, "fused" or
+    "alternating" (CPU: the reference either way)."""
     _backend(backend)
-    h, last = flashrnn_reference(Wx, R, b, states, _cell(cell))
     gates_shape, states_shape = _fused_saves(Wx, states, training)
-    return h, last, Wx.new_empty(gates_shape, dtype=torch.float32), Wx.new_empty(states_shape, dtype=torch.float32)
+    saves = Wx.new_empty(gates_shape, dtype=_save_dtype(Wx)), Wx.new_empty(states_shape, dtype=_save_dtype(Wx))
+    h, last = flashrnn_reference(Wx, R, b, states, _cell(cell), saves if training else None)
+    return h, last, *saves
 
 
 @flashrnn_forward.register_kernel("cuda")
@@ -165,8 +178,8 @@ def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cel
                            backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     B, T, _, NH, DH = Wx.shape
     gates_shape, states_shape = _fused_saves(Wx, states, training)
-    return (Wx.new_empty(B, T, NH, DH), Wx.new_empty(states.shape), Wx.new_empty(gates_shape, dtype=torch.float32),
-            Wx.new_empty(states_shape, dtype=torch.float32))
+    return (Wx.new_empty(B, T, NH, DH), Wx.new_empty(states.shape), Wx.new_empty(gates_shape, dtype=_save_dtype(Wx)),
+            Wx.new_empty(states_shape, dtype=_save_dtype(Wx)))
 
 
 @torch.library.custom_op("flashrnn_kernels::flashrnn_backward", mutates_args=(), device_types="cpu")
@@ -174,13 +187,14 @@ def _flashrnn_forward_fake(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cel
 def flashrnn_backward(Wx: Tensor | None, R: Tensor, b: Tensor, states: Tensor, h: Tensor, gates_save: Tensor,
                       states_save: Tensor, d_h: Tensor, d_last: Tensor, cell: str,
                       backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of (Wx, R, b, states) from d_h [B, T, NH, DH] and d_last [S, B, NH, DH]. CPU: recomputes the
-    reference from Wx (required there); CUDA: `backend`'s backward on the forward's saves (Wx unused, may be
-    None)."""
+    """Gradients of (Wx, R, b, states) from d_h [B, T, NH, DH] and d_last [S, B, NH, DH], from the forward's
+    saves: on CPU the reference's pointwise backward in reverse (_reference_backward), on CUDA `backend`'s. `Wx` is
+    not read (None from this module): the schema keeps it, so that graphs compiled and cached by torch.compile
+    against earlier releases, which pass it, still call the op."""
     _backend(backend)
-    if Wx is None:
-        raise ValueError("flashrnn_kernels::flashrnn_backward on CPU recomputes the forward and needs Wx, got None")
-    return _reference_backward(Wx, R, b, states, d_h, d_last, _cell(cell))
+    if gates_save.numel() == 0:
+        raise _missing_saves()
+    return _reference_backward(R, states, h, gates_save, states_save, d_h, d_last, _cell(cell))
 
 
 @flashrnn_backward.register_kernel("cuda")
@@ -190,8 +204,7 @@ def _flashrnn_backward_cuda(Wx: Tensor | None, R: Tensor, b: Tensor, states: Ten
                             backend: str = "fused") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     _, backward = _cuda_functions(backend)
     if gates_save.numel() == 0:
-        raise ValueError("flashrnn_kernels::flashrnn_backward got no saved gate values: the forward ran with "
-                         "training=False; run it with training=True to differentiate")
+        raise _missing_saves()
     saved = states_save if states_save.numel() else None
     R, states, h, gates_save = _dense(R, states, h, gates_save)
     grads = backward(R, states, h, gates_save, saved, d_h, d_last, _cell(cell))
@@ -208,12 +221,12 @@ def _flashrnn_backward_fake(Wx: Tensor | None, R: Tensor, b: Tensor, states: Ten
 
 
 def _flashrnn_setup_context(ctx, inputs, output) -> None:
-    Wx, R, b, states, cell, _, backend = inputs
+    _, R, b, states, cell, _, backend = inputs
     h, _, gates_save, states_save = output
     ctx.cell, ctx.backend = cell, backend
     ctx.set_materialize_grads(False)  # no zero-filled gradients for the saves or an unused output
     ctx.mark_non_differentiable(gates_save, states_save)
-    ctx.save_for_backward(None if Wx.is_cuda else Wx, R, b, states, h, gates_save, states_save)
+    ctx.save_for_backward(R, b, states, h, gates_save, states_save)
 
 
 def _upstream(h: Tensor, states: Tensor, d_h: Tensor | None, d_last: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -222,9 +235,9 @@ def _upstream(h: Tensor, states: Tensor, d_h: Tensor | None, d_last: Tensor | No
 
 
 def _flashrnn_autograd_backward(ctx, d_h: Tensor | None, d_last: Tensor | None, *_saves):
-    Wx, R, b, states, h, gates_save, states_save = ctx.saved_tensors
+    R, b, states, h, gates_save, states_save = ctx.saved_tensors
     d_h, d_last = _upstream(h, states, d_h, d_last)
-    grads = flashrnn_backward(Wx, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell, ctx.backend)
+    grads = flashrnn_backward(None, R, b, states, h, gates_save, states_save, d_h, d_last, ctx.cell, ctx.backend)
     return *grads, None, None, None
 
 

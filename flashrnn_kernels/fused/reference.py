@@ -38,11 +38,15 @@ class HeadProducts:
 
 
 def flashrnn_reference(
-    Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str | CellSpec = "lstm"
+    Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str | CellSpec = "lstm",
+    saves: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Run `cell` over the sequence; returns (h [B, T, NH, DH], last_states [S, B, NH, DH]) in Wx's dtype.
 
-    Inputs are assumed validated (see `flashrnn_kernels.flashrnn`): consistent shapes, one dtype and device.
+    `saves` (gates_save [B, T, G, NH, DH], states_save [S - 1, B, T + 1, NH, DH], or an empty one for a cell of one
+    state) get each step's gate values and the states after h (index 0: the initial states), as the CUDA forward
+    saves them for its backward. Inputs are assumed validated (see `flashrnn_kernels.flashrnn`): consistent shapes,
+    one dtype and device.
     """
     spec = get_cell(cell)
     out_dtype = Wx.dtype
@@ -50,11 +54,19 @@ def flashrnn_reference(
     Wx, R, b, states = (t.to(compute) for t in (Wx, R, b, states))
     current = {name: states[k] for k, name in enumerate(spec.states)}
     products = HeadProducts(R)
+    gates_save, states_save = saves if saves is not None else (None, None)
+    carried = spec.states[1:] if saves is not None else ()
+    for k, name in enumerate(carried):
+        states_save[k, :, 0] = current[name]
     outputs = []
     for t in range(Wx.shape[1]):
         pre = Wx[:, t] + b + products.recurrent(current[spec.states[0]])  # [B, G, NH, DH]
-        new, _ = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
-        current = new
+        current, gates = spec.torch_forward({g: pre[:, k] for k, g in enumerate(spec.gates)}, current)
+        if gates_save is not None:
+            for k, g in enumerate(spec.gates):
+                gates_save[:, t, k] = gates[g]
+        for k, name in enumerate(carried):
+            states_save[k, :, t + 1] = current[name]
         outputs.append(current[spec.states[0]])
     h = torch.stack(outputs, dim=1)
     last = torch.stack([current[name] for name in spec.states], dim=0)

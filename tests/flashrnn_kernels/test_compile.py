@@ -162,8 +162,8 @@ def _opcheck_all(device: str, dtype: torch.dtype, cells, backend: str = "fused")
         if training:
             h, last, gates, saved = library.flashrnn_forward(*(t.detach() for t in (Wx, R, b, states)), cell, True,
                                                              backend)
-            backward_args = (None if Wx.is_cuda else Wx.detach(), R.detach(), b.detach(), states.detach(), h, gates,
-                             saved, torch.randn_like(h), torch.randn_like(last), cell, backend)
+            backward_args = (None, R.detach(), b.detach(), states.detach(), h, gates, saved, torch.randn_like(h),
+                             torch.randn_like(last), cell, backend)
             torch.library.opcheck(library.flashrnn_backward, backward_args)
     if backend != "fused":
         return
@@ -193,6 +193,21 @@ def test_cpu_backward_op_matches_autograd_through_the_reference():
         want = _gradients([h_ref, last_ref], [Wx, R, b, states], upstream)
         for name, g, r in zip(("dWx", "dR", "db", "dstates"), got, want):
             assert relative_error(g, r) <= TOLERANCES[torch.float64]["rel"], f"{cell} {name}"
+
+
+def test_cpu_backward_op_reads_the_forward_saves():
+    # bf16: the saves hold fp32 gate values and states, h_{t-1} comes from the bf16 output (as on CUDA); the bound
+    # is twice the bf16 tolerance, since the gradients are rounded to bf16 themselves (about 2^-9 of the largest)
+    from tests.flashrnn_kernels.float64_check import assert_close_rel, compare_with_float64
+
+    for Wx, R, b, states, cell, training in _recurrent_samples("cpu", torch.bfloat16, sorted(CELLS))[::2]:
+        out, ref = compare_with_float64(library.flashrnn_op, [Wx, R, b, states], cell)
+        assert_close_rel(out, ref, torch.bfloat16, 2 * TOLERANCES[torch.bfloat16]["rel"])
+    Wx, R, b, states, cell, _ = _recurrent_samples("cpu", torch.float32, ["lstm"])[1]  # training=False: no saves
+    h, last, gates, saved = library.flashrnn_forward(Wx, R, b, states, cell, False)
+    assert gates.numel() == 0 and saved.numel() == 0
+    with pytest.raises(ValueError, match="no saved gate values.*training=True"):
+        library.flashrnn_backward(None, R, b, states, h, gates, saved, torch.ones_like(h), torch.ones_like(last), cell)
 
 
 def test_cpu_scan_backward_op_matches_autograd_through_the_loop():
