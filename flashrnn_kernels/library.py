@@ -9,10 +9,9 @@ Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cann
 CUDA runs the kernels (fused/function.py, or alternating/function.py for backend "alternating"; scan/function.py).
 Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops, and so does the CPU
 forward (in float64 for float64 inputs). CPU runs the pure-PyTorch references (fused/reference.py, scan/reference.py)
-forward; their backward ops are written out here
-(the cell's pointwise backward in reverse, the reverse linear scan), as autograd does not run inside an op's
-implementation. Each op has a fake implementation (shapes and dtypes only) and its autograd is registered with
-`register_autograd`.
+forward; their backward ops are written out here (the cell's pointwise backward in reverse, the reverse linear scan),
+as autograd does not run inside an op's implementation. Each op has a fake implementation (shapes and dtypes only)
+and its autograd is registered with `register_autograd`.
 
 `flashrnn_op` and `scan_op` are the entry points; inputs are assumed checked by the callers (`flashrnn`,
 `flashrnn_fused`, the scan API).
