@@ -199,8 +199,7 @@ def _solve(problem: FusedProblem, gpu: Any, exchange: str | None = None) -> Kern
     _check_architecture(problem, gpu)
     forced = exchange in ("partials", "pairs") and problem.direction == "backward"
     pair_sizes = {"partials": (1,), "pairs": (2,)}.get(exchange, (1, 2))
-    if exchange in ("partials", "pairs"):
-        exchange = "global"
+    exchange = _vector_exchange(exchange)
     sol = None if forced else _solve_vector_exchange(problem, gpu, exchange)
     partials, pair_blocks = False, 1
     split_past_cluster = sol is not None and (sol["global_exchange"] or sol["global_k_tiles"] > 0)
@@ -234,7 +233,7 @@ def pinned_plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any
     _check_architecture(problem, model_gpu)
     partials = exchange in ("partials", "pairs") and direction == "backward"
     pair_blocks = 2 if exchange == "pairs" and partials else 1
-    vector_exchange = "global" if exchange in ("partials", "pairs") else exchange
+    vector_exchange = _vector_exchange(exchange)
     model, objective = tiling.build(problem, model_gpu, exchange=vector_exchange, partial_sums=partials,
                                     pair_blocks=pair_blocks)
     found = _minimize_pinned(model, objective, pins)
@@ -243,6 +242,12 @@ def pinned_plan(cell: str, batch: int, num_heads: int, head_dim: int, dtype: Any
     if found is None:
         _raise_infeasible(problem, model_gpu, model)
     return _plan_from(problem, model_gpu, found, partials, pair_blocks)
+
+
+def _vector_exchange(exchange: str | None) -> str | None:
+    """How the step vector travels for `exchange`: partial sums ("partials", "pairs") go through global memory, which
+    is also the forward's exchange for them."""
+    return "global" if exchange in ("partials", "pairs") else exchange
 
 
 def _minimize_pinned(model: Any, objective: Any, pins: dict[str, int]) -> Solution | None:
