@@ -13,6 +13,7 @@ The rules are those the CUDA runtime's occupancy API applies:
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -52,8 +53,10 @@ def blocks_per_sm(gpu: GPUModel, threads_per_block: int, registers_per_thread: i
                   shared_bytes_per_block: int = 0) -> Occupancy:
     """Resident blocks per SM of `gpu` for blocks of `threads_per_block` threads using
     `registers_per_thread` registers and `shared_bytes_per_block` bytes of shared memory (static plus
-    dynamic). Raises LaunchConfigError, saying what would fit, for a block that can never launch."""
-    _check_request(gpu, threads_per_block, registers_per_thread, shared_bytes_per_block)
+    dynamic); any integers (NumPy's too). Raises LaunchConfigError, saying what would fit, for a block that can never
+    launch."""
+    threads_per_block, registers_per_thread, shared_bytes_per_block = _check_request(
+        gpu, threads_per_block, registers_per_thread, shared_bytes_per_block)
     parts = gpu.register_file_partitions
     warps = -(-threads_per_block // gpu.warp_size)
     regs_per_warp = _round_up(registers_per_thread * gpu.warp_size, gpu.reg_alloc_unit)
@@ -81,13 +84,22 @@ def blocks_per_sm(gpu: GPUModel, threads_per_block: int, registers_per_thread: i
     )
 
 
-def _check_request(gpu: GPUModel, threads: int, regs: int, smem: int) -> None:
+def _integer(name: str, value) -> int:
+    """`value` as a Python int: any integer type but bool."""
+    try:
+        if not isinstance(value, bool):
+            return operator.index(value)
+    except TypeError:
+        pass
+    raise LaunchConfigError(f"{name} must be an integer, got {value!r}")
+
+
+def _check_request(gpu: GPUModel, threads, regs, smem) -> tuple[int, int, int]:
+    """(threads, regs, smem) as ints, checked against the GPU's limits."""
     if not isinstance(gpu, GPUModel):
         raise TypeError(f"gpu must be a hwmodels.GPUModel (hwmodels.load(name) gives one), got {gpu!r}")
-    for name, value in (("threads_per_block", threads), ("registers_per_thread", regs),
-                        ("shared_bytes_per_block", smem)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise LaunchConfigError(f"{name} must be an integer, got {value!r}")
+    threads, regs, smem = (_integer(name, value) for name, value in (
+        ("threads_per_block", threads), ("registers_per_thread", regs), ("shared_bytes_per_block", smem)))
     if not 1 <= threads <= gpu.max_threads_per_block:
         raise LaunchConfigError(f"threads_per_block={threads} is outside 1..{gpu.max_threads_per_block}"
                                 f" (max_threads_per_block of {gpu.name})")
@@ -98,6 +110,7 @@ def _check_request(gpu: GPUModel, threads: int, regs: int, smem: int) -> None:
         raise LaunchConfigError(f"shared_bytes_per_block={smem} is outside 0..{gpu.smem_per_block_optin}"
                                 f" (smem_per_block_optin of {gpu.name}, "
                                 f"{gpu.smem_per_block_optin // 1024} KiB)")
+    return threads, regs, smem
 
 
 def _register_advice(gpu: GPUModel, threads: int, regs: int) -> str:

@@ -44,6 +44,8 @@ def from_file(path: str | Path) -> GPUModel:
         raise HwModelError(f"{path}: cannot read GPU description: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise HwModelError(f"{path}: not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise HwModelError(f"{path}: not valid TOML: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
         return GPUModel(**_fields(data))
     except ModelFieldError as err:

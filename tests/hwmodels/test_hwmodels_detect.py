@@ -45,6 +45,15 @@ def test_matching_gpu_returns_its_file_without_warnings(monkeypatch):
     assert report.live_name == "NVIDIA H200" and "match the file" in report.describe()
 
 
+def test_memory_that_ecc_holds_is_no_mismatch(monkeypatch):
+    # an L4 with ECC on (the default) reports 23,034 MiB of its 24 GiB: GDDR6's ECC holds 1/16
+    l4 = hwmodels.load("L4")
+    install(monkeypatch, model=l4, name="NVIDIA L4", memory=23_034 * 1024**2)
+    assert hwmodels.detect_report().mismatches == ()
+    install(monkeypatch, model=l4, name="NVIDIA L4", memory=20 * 1024**3)
+    assert hwmodels.detect_report().mismatches == (Mismatch("memory_bytes", l4.memory_bytes, 20 * 1024**3),)
+
+
 def test_mismatches_are_warned_and_reported(monkeypatch):
     install(monkeypatch, sm_count=130, smem_per_block_optin=200_000, memory=100 * 1024**3)
     with pytest.warns(HwModelWarning, match="sm_count: file 132, live 130"):

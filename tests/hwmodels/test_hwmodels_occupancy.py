@@ -75,6 +75,11 @@ def test_result_details():
     assert dict(occ.limits) == {"blocks": 32, "warps": 21, "registers": 16, "shared_memory": 114}
 
 
+def test_any_integer_type_is_taken():
+    numpy = pytest.importorskip("numpy")
+    assert H100.blocks_per_sm(numpy.int64(96), numpy.int32(33), numpy.uint16(1000)) == H100.blocks_per_sm(96, 33, 1000)
+
+
 def test_partial_warp_counts_as_a_whole_warp():
     # 33 threads occupy 2 warps: 64 warps / 2 = 32 blocks, the same as 64 threads.
     assert H100.blocks_per_sm(33, 32).warps_per_block == 2

@@ -61,7 +61,7 @@ def test_tensor_core_shapes():
     h100, a100, l4, v100, b200 = (hwmodels.load(n) for n in ("h100", "a100", "l4", "v100", "b200"))
     assert (16, 8, 16) in h100.mma_shapes["bf16"] and (16, 8, 8) in h100.mma_shapes["tf32"]
     assert (8, 8, 4) in a100.mma_shapes["f64"] and (16, 8, 32) in a100.mma_shapes["int8"]
-    assert "fp8" in l4.mma_shapes and "fp8" not in a100.mma_shapes and "f64" not in l4.mma_shapes
+    assert "fp8" in l4.mma_shapes and "fp8" not in a100.mma_shapes and l4.mma_shapes["f64"] == ((8, 8, 4),)
     assert v100.mma_shapes == {"f16": ((8, 8, 4),)} and not v100.wgmma_shapes
     assert h100.wgmma_shapes["f16"][0] == (64, 8, 16) and h100.wgmma_shapes["f16"][-1] == (64, 256, 16)
     assert len(h100.wgmma_shapes["bf16"]) == 32 and h100.wgmma_shapes["tf32"][0] == (64, 8, 8)
@@ -161,6 +161,10 @@ def test_unreadable_and_malformed_files(tmp_path):
         hwmodels.from_file(tmp_path / "absent.toml")
     with pytest.raises(HwModelError, match="not valid TOML"):
         hwmodels.from_file(write(tmp_path, "sm_count = = 3"))
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes(b"name = '\xe9'\n")
+    with pytest.raises(HwModelError, match=r"latin1.toml: not valid TOML: not UTF-8 text"):
+        hwmodels.from_file(latin1)
 
 
 def test_user_file_round_trip(tmp_path):
