@@ -23,12 +23,24 @@ EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_TIME_LIMIT = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a pipeline cut short
 
 
+class _BadOptions(Exception):
+    """argparse's complaint about the command line, raised instead of its exit so that --json can report it."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _BadOptions(f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: sys.argv[1:]); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits on --help (0) and on bad options (2)
+    except _BadOptions as exc:
+        return _fail(str(exc), prefix=False, as_json="--json" in argv)
+    except SystemExit as exc:  # argparse exits on --help (0)
         return int(exc.code or 0)
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -41,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="constrint", description="Integer constraint solver.")
+    parser = _Parser(prog="constrint", description="Integer constraint solver.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     solve = commands.add_parser(
         "solve", help="solve a model file", description="Solve a model file and print its solutions.",

@@ -160,6 +160,13 @@ def test_json_reports_bad_input_on_stdout_too(capsys, tmp_path, tiles):
     assert json.loads(out)["column"] == 4
     code, out, err = run(capsys, "solve", tiles, "--count", "--limit", "2", "--json")
     assert code == EXIT_BAD_INPUT and json.loads(out)["status"] == "bad_input" and "--limit" in err
+    # options argparse itself rejects: the same JSON, argparse's usage and message on stderr
+    code, out, err = run(capsys, "solve", tiles, "--json", "--limit", "0")
+    report = json.loads(out)
+    assert code == EXIT_BAD_INPUT and report["status"] == "bad_input"
+    assert "whole number >= 1" in report["message"] and err.startswith("usage: constrint solve")
+    code, out, err = run(capsys, "solve", tiles, "--bogus")
+    assert code == EXIT_BAD_INPUT and out == "" and "unrecognized arguments: --bogus" in err
 
 
 def test_an_undefined_objective_is_reported_as_the_reason(capsys, tiles):
