@@ -274,13 +274,20 @@ def _run(task: Task, settings: Settings, device: torch.device, backend: str, see
     return results
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], argument_default=argparse.SUPPRESS)
     parser.add_argument("--task", choices=sorted(TASKS), help="what to track (default parity)")
     parser.add_argument("--quick", action="store_true", help="the task's small settings: minutes on a CPU")
-    parser.add_argument("--steps", type=int, help="training steps per model (default: the task's)")
-    parser.add_argument("--batch", type=int, help="sequences per training step (default: the task's)")
-    parser.add_argument("--hidden-size", type=int, help="width of every model (default: the task's)")
+    parser.add_argument("--steps", type=positive, help="training steps per model (default: the task's)")
+    parser.add_argument("--batch", type=positive, help="sequences per training step (default: the task's)")
+    parser.add_argument("--hidden-size", type=positive, help="width of every model (default: the task's)")
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--out-dir", help=f"where the plots and summary go (default {DEFAULT_OUT_DIR})")
     main(**vars(parser.parse_args()))
