@@ -1,7 +1,8 @@
 """Where the tests find nvcc: on PATH, else the toolkit's wrapper in /usr/local/bin; None where there is none (the
-tests that compile with it skip)."""
+tests that compile with it skip, unless FLASHRNN_REQUIRE_NVCC is set, as .ci/run sets it: then the run fails)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +18,10 @@ RUNTIME_OPTIONS = (*DEFAULT_OPTIONS, "-ftz=true")
 registers for that code)."""
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
+
+if NVCC is None and os.environ.get("FLASHRNN_REQUIRE_NVCC"):
+    raise RuntimeError("FLASHRNN_REQUIRE_NVCC is set but no nvcc was found (on PATH or at /usr/local/bin/nvcc): the "
+                       "generated CUDA sources cannot be compiled; install the CUDA toolkit or unset the variable")
 
 requires_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
