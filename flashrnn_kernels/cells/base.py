@@ -248,6 +248,11 @@ class CellSpec:
         object.__setattr__(self, "_forward", forward)
         object.__setattr__(self, "_backward", backward)
 
+    def __reduce__(self):
+        """Pickled and copied by definition (the compiled step functions are rebuilt): a registered cell comes back as
+        the registry's own object, which the dispatch recognises by identity."""
+        return _cell, (self.name, self.gates, self.states, self.forward, self.backward)
+
     @property
     def gate_count(self) -> int:
         """G: the number of gates (pre-activations per hidden unit)."""
@@ -290,3 +295,17 @@ class CellSpec:
         )
         out = self._backward.run(values, f"{self.name} backward")
         return {n: out[f"dx_{n}"] for n in self.gates}, {n: out[f"ds_{n}"] for n in self.states}
+
+
+def _cell(name: str, gates: tuple[str, ...], states: tuple[str, ...], forward: tuple[tuple[str, str], ...],
+          backward: tuple[tuple[str, str], ...]) -> CellSpec:
+    """The CellSpec of this definition: the registered one where it is that cell's, else a new one (CellSpec's
+    __reduce__)."""
+    from . import CELLS  # the registry imports this module
+
+    registered = CELLS.get(name)
+    definition = (name, gates, states, forward, backward)
+    if registered is not None and definition == (registered.name, registered.gates, registered.states,
+                                                 registered.forward, registered.backward):
+        return registered
+    return CellSpec(*definition)

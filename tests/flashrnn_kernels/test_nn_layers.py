@@ -285,26 +285,37 @@ def test_bad_states():
         slstm(X, (torch.zeros(1, 3, 4),) * 3 + (torch.zeros(3, 4),))
     with pytest.raises(ValueError, match=r"x must be \[B, T, input_size\] with input_size=2, got shape \[1, 3, 6, 2\]"):
         gru(X[None])
-    with pytest.raises(ValueError, match=r"unbatched x \[T, input_size\] takes 2-D states .* got \[2, 1, 4\]"):
+    with pytest.raises(ValueError, match=r"unbatched x \[T, input_size\] takes states .* = \[2, 4\], got \[2, 1, 4\]"):
         gru(X[0], torch.zeros(2, 1, 4))
+    with pytest.raises(ValueError, match=r"unbatched x \[T, input_size\] takes states .* = \[2, 4\], got \[2, 5\]"):
+        gru(X[0], torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"lengths= needs a batch"):
         gru(X[0], lengths=[6])
     packed = nn.utils.rnn.pack_padded_sequence(X, [6, 3, 2], batch_first=True)
     with pytest.raises(ValueError, match=r"a PackedSequence carries its own lengths"):
         gru(packed, lengths=[6, 3, 2])
+    for items in ([torch.randn(3, 5)], [torch.randn(3, 1, 2)]):
+        with pytest.raises(ValueError, match=r"sequences must each be \[T_i, input_size\] with input_size=2"):
+            gru(nn.utils.rnn.pack_sequence(items))
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"num_layers": 0}, r"num_layers must be a positive int, got 0"),
-        ({"dropout": 1.5}, r"dropout must be a probability in \[0, 1\], got 1.5"),
+        ({"dropout": 1.5}, r"dropout must be a probability in \[0, 1\] \(a real number\), got 1.5"),
+        ({"dtype": torch.int64}, r"dtype must be one of .* or None for torch's default, got torch.int64"),
         ({"num_heads": 3}, r"hidden_size=4 is not divisible by num_heads=3"),
     ],
 )
 def test_constructor_checks(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         FlashGRU(2, 4, **kwargs)
+
+
+def test_any_real_dropout():
+    numpy = pytest.importorskip("numpy")
+    assert FlashGRU(2, 4, num_layers=2, dropout=numpy.float32(0.25)).dropout == 0.25
 
 
 @pytest.mark.parametrize(
@@ -325,3 +336,33 @@ def test_from_torch_rejections(cls, module, error, message):
 def test_slstm_to_torch_is_rejected():
     with pytest.raises(TypeError, match=r"FlashSLSTM has no torch.nn counterpart to convert to"):
         FlashSLSTM(2, 4).to_torch()
+
+
+@pytest.mark.parametrize("cls", [FlashLSTM, FlashGRU, FlashSLSTM, FlashElman])
+def test_pickled_and_copied_modules_keep_their_registered_cell(cls):
+    import copy
+    import io
+    import pickle
+
+    from flashrnn_kernels.cells import CELLS
+
+    module = cls(3, 4, num_layers=2)
+    saved = io.BytesIO()
+    torch.save(module, saved)
+    saved.seek(0)
+    copies = [pickle.loads(pickle.dumps(module)), copy.deepcopy(module), torch.load(saved, weights_only=False)]
+    x = torch.randn(2, 5, 3)
+    for other in copies:  # the dispatch picks kernels by the registered cell's identity
+        assert other.cell is CELLS[module.cell.name]
+        assert torch.equal(other(x)[0], module(x)[0])
+
+
+def test_custom_cells_pickle_by_definition():
+    import pickle
+
+    from flashrnn_kernels.cells import CELLS, CellSpec
+
+    elman = CELLS["elman"]
+    mine = CellSpec("mine", elman.gates, elman.states, elman.forward, elman.backward)
+    back = pickle.loads(pickle.dumps(mine))
+    assert back == mine and back is not mine and back.cuda_forward() == mine.cuda_forward()
