@@ -7,6 +7,7 @@ twin convert both ways (`from_torch`, `to_torch`), multi-layer and bidirectional
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -14,10 +15,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .autocast import ELIGIBLE, autocast_dtype
+from .autocast import ELIGIBLE, autocast_dtype, cast_eligible
 from .cells import CellSpec, get_cell
 from .dispatch import BACKENDS, flashrnn
-from .validation import check_positive_ints
+from .validation import check_parameter_dtype, check_positive_ints
 
 States = Tensor | tuple[Tensor, ...]
 """h_n alone for one-state cells (GRU, Elman), else a tuple in the cell's state order, each [L * D, B, H]."""
@@ -68,9 +69,12 @@ def _check_lengths(lengths: Tensor | Sequence[int] | None, batch: int, steps: in
 
 
 def _scatter_gates(values: Tensor, present: tuple[str, ...], gates: tuple[str, ...], dim: int) -> Tensor:
-    """`values` indexed by `present` gates along `dim`, widened to all `gates` with zeros for the missing ones."""
+    """`values` indexed by `present` gates along `dim`, widened to all `gates` with zeros for the missing ones (in the
+    autocast dtype where autocast casts them, as the op would: CPU autocast's stack refuses fp16 under bf16)."""
     if present == gates:
         return values
+    compute = autocast_dtype(values.device)
+    values = values if compute is None else cast_eligible(values, compute)
     zeros = torch.zeros_like(values.select(dim, 0))
     return torch.stack([values.select(dim, present.index(g)) if g in present else zeros for g in gates], dim)
 
@@ -169,8 +173,9 @@ class FlashRNNBase(nn.Module):
             )
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; valid backends: {list(BACKENDS)}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
-            raise ValueError(f"dropout must be a probability in [0, 1], got {dropout!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout <= 1:
+            raise ValueError(f"dropout must be a probability in [0, 1] (a real number), got {dropout!r}")
+        check_parameter_dtype(dtype)
         self.cell = get_cell(self.cell_name)
         self.input_size, self.hidden_size, self.num_heads = input_size, hidden_size, num_heads
         self.head_dim = hidden_size // num_heads
@@ -248,8 +253,8 @@ class FlashRNNBase(nn.Module):
                     f"{name} must have shape [num_layers * D, B, hidden_size] = {list(expected)}, got {shape}"
                 )
             self._check_like_weights(name, tensor, compute, f"convert {name} to match")
-        stacked = torch.stack(tuple(states)).reshape(len(states), *expected[:2], self.num_heads, self.head_dim)
-        return stacked if compute is None else stacked.to(compute)
+        states = tuple(states) if compute is None else tuple(t.to(compute) for t in states)
+        return torch.stack(states).reshape(len(states), *expected[:2], self.num_heads, self.head_dim)
 
     def _state_tuple(self, states: States, layout: str) -> tuple[Tensor, ...]:
         """The caller's states as a tuple in the cell's order (a lone tensor for one-state cells)."""
@@ -357,11 +362,12 @@ class FlashRNNBase(nn.Module):
             raise ValueError("lengths= needs a batch; an unbatched x [T, input_size] is one sequence of T steps")
         if states is not None:
             states = self._state_tuple(states, "[num_layers * D, hidden_size] for an unbatched x")
-            bad = [t for t in states if not isinstance(t, Tensor) or t.dim() != 2]
+            expected = [self.num_layers * self.directions, self.hidden_size]
+            bad = [t for t in states if not isinstance(t, Tensor) or list(t.shape) != expected]
             if bad:
                 shape = list(bad[0].shape) if isinstance(bad[0], Tensor) else type(bad[0]).__name__
-                raise ValueError(f"an unbatched x [T, input_size] takes 2-D states [num_layers * D, hidden_size], "
-                                 f"got {shape}")
+                raise ValueError(f"an unbatched x [T, input_size] takes states [num_layers * D, hidden_size] = "
+                                 f"{expected}, got {shape}")
             states = tuple(t.unsqueeze(1) for t in states)
             states = states[0] if len(states) == 1 else states
         output, last = self.forward(x.unsqueeze(0 if self.batch_first else 1), states)
@@ -373,6 +379,10 @@ class FlashRNNBase(nn.Module):
         """forward on a PackedSequence, as torch.nn's RNNs: the output packed like x, states in x's batch order."""
         if lengths is not None:
             raise ValueError("lengths= is for padded batches; a PackedSequence carries its own lengths")
+        if x.data.dim() != 2 or x.data.shape[1] != self.input_size:
+            raise ValueError(f"a PackedSequence's sequences must each be [T_i, input_size] with input_size="
+                             f"{self.input_size} (packed data [N, {self.input_size}]), got packed data of shape "
+                             f"{list(x.data.shape)}")
         padded, lengths = pad_packed_sequence(x, batch_first=True)  # x's batch order; lengths on the CPU
         output, last = self._run(padded, states, lengths.tolist(), enforce_sorted=False)
         order = x.sorted_indices

@@ -32,6 +32,13 @@ def check_positive_ints(**sizes: object) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def check_parameter_dtype(dtype: object) -> None:
+    """None or a dtype the modules' parameters may have (REFERENCE_DTYPES), else a TypeError naming them."""
+    if dtype is not None and dtype not in REFERENCE_DTYPES:
+        raise TypeError(f"dtype must be one of {[str(d) for d in REFERENCE_DTYPES]} or None "
+                        f"for torch's default, got {dtype!r}")
+
+
 def _expect(name: str, tensor: Tensor, layout: str, expected: tuple[int, ...]) -> None:
     if tuple(tensor.shape) != expected:
         raise ValueError(f"{name} must have shape {layout} = {list(expected)}, got {list(tensor.shape)}")

@@ -81,7 +81,8 @@ def min_lstm_scan(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
 
 def _project(x: torch.Tensor, weights: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        raise ValueError(f"x must be [B, T, D_in], got {tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
+        got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else f"a {type(x).__name__}"
+        raise ValueError(f"x must be a tensor [B, T, D_in], got {got}")
     first_name, first = next(iter(weights.items()))
     for name, w in weights.items():  # the first weight is checked first, before any comparison with it
         if not isinstance(w, torch.Tensor) or w.dim() != 2:

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..autocast import mixes
-from ..validation import check_positive_ints
+from ..validation import check_parameter_dtype, check_positive_ints
 from .api import min_gru, min_lstm
 
 
@@ -16,10 +16,10 @@ def _weight(hidden_size: int, input_size: int, factory: dict) -> nn.Parameter:
     return nn.Parameter(torch.empty(hidden_size, input_size, **factory).uniform_(-bound, bound))
 
 
-def _check_step(x_t: torch.Tensor, h: torch.Tensor | None, hidden_size: int) -> None:
-    if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2:
+def _check_step(x_t: torch.Tensor, h: torch.Tensor | None, input_size: int, hidden_size: int) -> None:
+    if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2 or x_t.shape[1] != input_size:
         shape = tuple(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
-        raise ValueError(f"step takes x_t: [B, D_in], got {shape}")
+        raise ValueError(f"step takes x_t: [B, D_in] = [B, {input_size}], got {shape}")
     if h is None:
         return
     if not isinstance(h, torch.Tensor) or h.shape != (x_t.shape[0], hidden_size):
@@ -36,6 +36,7 @@ class MinGRU(nn.Module):
                  dtype: torch.dtype | None = None):
         super().__init__()
         check_positive_ints(input_size=input_size, hidden_size=hidden_size)
+        check_parameter_dtype(dtype)
         self.input_size, self.hidden_size = input_size, hidden_size
         factory = {"device": device, "dtype": dtype}
         self.W_z = _weight(hidden_size, input_size, factory)
@@ -47,7 +48,7 @@ class MinGRU(nn.Module):
 
     def step(self, x_t: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         """One step for autoregressive use. x_t: [B, D_in]; h: [B, H] or None. Returns the new h: [B, H]."""
-        _check_step(x_t, h, self.hidden_size)
+        _check_step(x_t, h, self.input_size, self.hidden_size)
         return self.forward(x_t.unsqueeze(1), h)[:, 0]
 
 
@@ -58,6 +59,7 @@ class MinLSTM(nn.Module):
                  dtype: torch.dtype | None = None):
         super().__init__()
         check_positive_ints(input_size=input_size, hidden_size=hidden_size)
+        check_parameter_dtype(dtype)
         self.input_size, self.hidden_size = input_size, hidden_size
         factory = {"device": device, "dtype": dtype}
         self.W_f = _weight(hidden_size, input_size, factory)
@@ -70,5 +72,5 @@ class MinLSTM(nn.Module):
 
     def step(self, x_t: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         """One step for autoregressive use. x_t: [B, D_in]; h: [B, H] or None. Returns the new h: [B, H]."""
-        _check_step(x_t, h, self.hidden_size)
+        _check_step(x_t, h, self.input_size, self.hidden_size)
         return self.forward(x_t.unsqueeze(1), h)[:, 0]

@@ -60,6 +60,21 @@ def test_modules_compute_in_the_autocast_dtype(device, dtype, cls):
         assert relative_error(g.cpu(), w) <= 3 * BOUND, name
 
 
+@pytest.mark.parametrize("cls", [FlashLSTM, FlashGRU], ids=lambda c: c.__name__)
+def test_the_other_half_dtype_under_cpu_autocast(cls):
+    # fp16 weights and states under bf16 autocast (CPU autocast's own stack refuses to mix them): computed in bf16
+    torch.manual_seed(5)
+    model, x = cls(8, 16).half(), torch.randn(2, 7, 8)
+    states = tuple(torch.randn(1, 2, 16, dtype=torch.float16) for _ in model.cell.states)
+    states = states if len(states) > 1 else states[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, _ = model(x, states)
+    rounded = copy.deepcopy(model).to(torch.bfloat16)
+    cast = tuple(t.to(torch.bfloat16) for t in _flat(states))
+    expected, _ = rounded(x.to(torch.bfloat16), cast if len(cast) > 1 else cast[0])
+    assert output.dtype == torch.bfloat16 and torch.equal(output, expected)
+
+
 @pytest.mark.parametrize("device, dtype", CASES)
 def test_backward_under_autocast_matches_the_backward_outside(device, dtype):
     """The backward's own products (the reference's einsums, the kernels' dR GEMM) keep their dtypes even when

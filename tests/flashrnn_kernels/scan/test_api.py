@@ -91,6 +91,12 @@ def test_modules_check_their_sizes_and_steps(module_type):
     assert all(p.dtype == torch.float64 for p in module.parameters())
     with pytest.raises(TypeError, match="h is torch.float32"):
         module.step(torch.randn(2, 5, dtype=torch.float64), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"step takes x_t: \[B, D_in\] = \[B, 5\], got \(2, 4\)"):
+        module.step(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"dtype must be one of .*got torch.int64"):
+        module_type(5, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"x must be a tensor \[B, T, D_in\], got a list"):
+        module([[1.0] * 5])
 
 
 SCAN_OPS = {"linear": (linear_scan, 2), "min_gru": (min_gru_scan, 2), "min_lstm": (min_lstm_scan, 3)}
