@@ -31,7 +31,7 @@ SCAN_LOOPS = {
     "min_gru": scan_reference.min_gru_loop,
     "min_lstm": scan_reference.min_lstm_loop,
 }
-"""Scan cells by name, with their reference loops (the CPU implementation)."""
+"""Scan cells by name, with their reference loops (the oracles; the CPU ops run scan_reference.cell_scan)."""
 
 
 def _fused_saves(Wx: Tensor, states: Tensor, training: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -301,14 +301,9 @@ def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None,
     chain rule through the cell's gates."""
     dtype = inputs[0].dtype
     *inputs, h0, dh, h = scan_reference.accumulating(*inputs, h0, dh, h)
-    if cell == "linear":
-        a = inputs[0]
-    elif cell == "min_gru":
-        a, _ = scan_reference.min_gru_gates(*inputs)
-    else:
-        a, _ = scan_reference.min_lstm_gates(*inputs)
+    a, _ = scan_reference.GATES[cell](*inputs)
     a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)
-    g = scan_reference.linear_scan_loop(a_next.flip(1), dh.flip(1)).flip(1)
+    g = scan_reference.linear_scan_chunked(a_next, dh, reverse=True)
     start = torch.zeros_like(h[:, :1]) if h0 is None else h0.unsqueeze(1)
     da, db = g * torch.cat([start, h[:, :-1]], dim=1), g
     if cell == "linear":
@@ -333,7 +328,8 @@ def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None,
 @torch.library.custom_op("flashrnn_kernels::scan_forward", mutates_args=(), device_types="cpu")
 def scan_forward(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
     """h [B, T, D] of the scan `cell` over its inputs (each [B, T, D]) from h0 [B, D] (zeros when None)."""
-    return _scan_loop(cell)(*inputs, h0)
+    _scan_loop(cell)
+    return scan_reference.cell_scan(cell, inputs, h0)
 
 
 @scan_forward.register_kernel("cuda")

@@ -1,6 +1,6 @@
-"""Pure-PyTorch references for the scan kernels: the sequential step loop (the oracle and the CPU path), the
-log-space parallel form of minGRU / minLSTM (cumsum + logcumsumexp, as in "Were RNNs All We Needed?"), and the
-chunk-carry decomposition the kernel uses. All tensors are [B, T, D]; h0 is [B, D] or None (zeros).
+"""Pure-PyTorch references for the scan kernels: the sequential step loop (the oracle), the log-space parallel form
+of minGRU / minLSTM (cumsum + logcumsumexp, as in "Were RNNs All We Needed?"), and the kernels' chunk-carry
+decomposition (the CPU path). All tensors are [B, T, D]; h0 is [B, D] or None (zeros).
 """
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ def linear_scan_loop(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None =
     return (torch.stack(out, dim=1) if out else torch.empty_like(b)).to(dtype)
 
 
+GATES = {
+    "linear": lambda a, b: (a, b),
+    "min_gru": min_gru_gates,
+    "min_lstm": min_lstm_gates,
+}
+"""Each scan cell's (a, b) from its inputs."""
+
+
 def min_gru_loop(k: torch.Tensor, h_pre: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
     """minGRU by the step loop (gates and state in fp32 for bf16 / fp16 inputs; returned in the inputs' dtype)."""
     return linear_scan_loop(*min_gru_gates(*accumulating(k, h_pre)), h0).to(k.dtype)
@@ -92,29 +100,59 @@ def min_lstm_log_space(f: torch.Tensor, i: torch.Tensor, h_pre: torch.Tensor,
     return log_space_scan(-F.softplus(diff), -F.softplus(-diff) + log_g(h_pre), _log_h0(h0))
 
 
-def chunk_local(a: torch.Tensor, b: torch.Tensor, chunk_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunk-local pass: T padded (a = 1, b = 0) to whole chunks, every chunk scanned from zero at once.
-
-    Returns (prod, local), both [B, chunks, chunk_len, D]: prod = running product of a inside the chunk, local =
-    the chunk's states started from zero; a chunk's map is h -> prod[:, c, -1] h + local[:, c, -1].
-    """
-    B, T, D = a.shape
-    chunks = -(-T // chunk_len)
-    pad = chunks * chunk_len - T
-    a = torch.cat([a, a.new_ones(B, pad, D)], 1).reshape(B, chunks, chunk_len, D)
-    b = torch.cat([b, b.new_zeros(B, pad, D)], 1).reshape(B, chunks, chunk_len, D)
-    return torch.cumprod(a, dim=2), linear_scan_loop(a.flatten(0, 1), b.flatten(0, 1)).reshape(a.shape)
+def chunk_length(seq_len: int) -> int:
+    """The chunk length that makes linear_scan_chunked's steps (two passes of a chunk, one of the chunks) fewest,
+    about sqrt(T / 2); a divisor of T within a factor 2 of it where there is one (at most 1.25x the steps), which
+    leaves no ragged end to step through."""
+    best = max(1, round((seq_len / 2) ** 0.5))
+    divisors = [n for n in range(max(1, best // 2), 2 * best + 1) if seq_len % n == 0]
+    return min(divisors, key=lambda n: 2 * n + seq_len // n) if divisors else best
 
 
-def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, chunk_len: int) -> torch.Tensor:
-    """The kernel's decomposition: chunk-local scans, the carry pass over chunks (itself a linear scan of the
-    chunk maps), then each chunk's states shifted by its carry-in. chunk_len + T / chunk_len sequential steps."""
-    T = a.shape[1]
-    if T == 0:
-        return torch.empty_like(b)
-    prod, local = chunk_local(a, b, chunk_len)
-    carries = linear_scan_loop(prod[:, :, -1], local[:, :, -1], h0)
-    first = torch.zeros_like(b[:, :1]) if h0 is None else h0.unsqueeze(1)
-    carry_in = torch.cat([first, carries[:, :-1]], dim=1)
-    h = local + prod * carry_in.unsqueeze(2)
-    return h.flatten(1, 2)[:, :T]
+def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None,
+                        chunk_len: int | None = None, reverse: bool = False) -> torch.Tensor:
+    """h_t = a_t * h_{t-1} + b_t (reverse: a_t * h_{t+1} + b_t, from the last step back, h0 the state after it) in
+    the kernels' three passes, each a step at a time over every whole chunk at once: the chunks' maps h -> A h + B,
+    their carries (a scan of the maps over the chunks), then every chunk rescanned from its carry; the steps past the
+    last whole chunk one at a time. About 2 chunk_len + T / chunk_len steps instead of T (chunk_len: chunk_length(T)
+    when None, and every step one at a time where that makes no more calls); the same dtypes as linear_scan_loop,
+    and the same values to rounding (a chunk's steps are the loop's own). Not differentiable (it writes into its
+    output): the CPU ops run it forward and in reverse, and the loop is the oracle."""
+    dtype = b.dtype
+    a, b, h0 = accumulating(a, b, h0)
+    B, T, D = b.shape
+    h = torch.empty_like(b)
+    state = b.new_zeros(B, D) if h0 is None else h0
+    L = chunk_len or chunk_length(max(T, 1))
+    C = T // L
+    if chunk_len is None and 2 * L + 2 * C + 4 >= T:  # no fewer calls than the loop's (pass 2 makes two per chunk)
+        C = 0
+    whole = slice(T - C * L, T) if reverse else slice(0, C * L)  # the chunks; the ragged end runs after them
+    ragged = range(T - C * L - 1, -1, -1) if reverse else range(C * L, T)
+    if C:
+        ac, bc, hc = (t[:, whole].view(B, C, L, D) for t in (a, b, h))
+        steps = range(L - 1, -1, -1) if reverse else range(L)
+        first, *rest = steps
+        fold_a, fold_b = ac[:, :, first].clone(), bc[:, :, first].clone()
+        for i in rest:
+            torch.addcmul(bc[:, :, i], ac[:, :, i], fold_b, out=fold_b)
+            fold_a *= ac[:, :, i]
+        carries = b.new_empty(B, C, D)
+        for c in range(C - 1, -1, -1) if reverse else range(C):
+            carries[:, c] = state
+            # a zero state stays out of the product: decays above 1 can overflow a chunk's A where the loop's steps
+            # do not
+            state = torch.where(state == 0, fold_b[:, c], torch.addcmul(fold_b[:, c], fold_a[:, c], state))
+        state = carries
+        for i in steps:
+            state = torch.addcmul(bc[:, :, i], ac[:, :, i], state, out=hc[:, :, i])
+        state = h[:, T - C * L] if reverse else h[:, C * L - 1]  # the last chunk's own last state
+    for t in ragged:
+        state = torch.addcmul(b[:, t], a[:, t], state, out=h[:, t])
+    return h.to(dtype)
+
+
+def cell_scan(cell: str, inputs: list[torch.Tensor], h0: torch.Tensor | None = None) -> torch.Tensor:
+    """The CPU path of the scan ops: the cell's gates (GATES), then linear_scan_chunked (gates and state in fp32 for
+    bf16 / fp16 inputs, h returned in the inputs' dtype)."""
+    return linear_scan_chunked(*GATES[cell](*accumulating(*inputs)), h0).to(inputs[0].dtype)

@@ -34,13 +34,43 @@ def test_loop_equals_log_space_forward_and_backward(cell, with_h0):
         assert relative_error(g_log, g_loop) < 1e-10, name
 
 
-@pytest.mark.parametrize("chunk_len", [1, 4, 7, 29, 64])
-def test_chunked_decomposition_equals_loop(chunk_len):
-    a, b = torch.rand(3, 29, 5, dtype=F64), torch.randn(3, 29, 5, dtype=F64)
+@pytest.mark.parametrize("T", [1, 2, 29, 1000])
+@pytest.mark.parametrize("chunk_len", [None, 1, 4, 7, 29, 64])
+def test_chunked_decomposition_equals_loop(chunk_len, T):
+    a, b = torch.rand(3, T, 5, dtype=F64), torch.randn(3, T, 5, dtype=F64)
     h0 = torch.randn(3, 5, dtype=F64)
     for start in (None, h0):
         chunked = ref.linear_scan_chunked(a, b, start, chunk_len)
         assert relative_error(chunked, ref.linear_scan_loop(a, b, start)) < 1e-13
+        backwards = ref.linear_scan_chunked(a, b, start, chunk_len, reverse=True)
+        assert relative_error(backwards, ref.linear_scan_loop(a.flip(1), b.flip(1), start).flip(1)) < 1e-13
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_chunked_scan_accumulates_as_the_loop_does(dtype):
+    a = (0.5 + 0.5 * torch.rand(2, 3001, 8)).to(dtype)  # decays in (0.5, 1): long memories
+    b, h0 = torch.randn(2, 3001, 8).to(dtype), torch.randn(2, 8).to(dtype)
+    chunked, loop = ref.linear_scan_chunked(a, b, h0), ref.linear_scan_loop(a, b, h0)
+    assert chunked.dtype == loop.dtype == dtype
+    exact = ref.linear_scan_loop(a.double(), b.double(), h0.double())
+    assert relative_error(chunked, exact) <= 2 * max(relative_error(loop, exact), torch.finfo(dtype).eps)
+    assert ref.linear_scan_chunked(a[:, :0], b[:, :0], h0).shape == (2, 0, 8)
+
+
+def test_chunked_scan_keeps_zero_states_out_of_overflowing_products():
+    # a zero prefix (padding) with decays above 1: a chunk's product of them overflows fp32, the loop's states stay 0
+    a, b = torch.full((1, 4096, 4), 0.5), torch.randn(1, 4096, 4)
+    a[:, :64], b[:, :64] = 8.0, 0.0
+    exact = ref.linear_scan_loop(a.double(), b.double())
+    assert relative_error(ref.linear_scan_chunked(a, b), exact) < 1e-6
+    backwards = ref.linear_scan_chunked(a.flip(1), b.flip(1), reverse=True).flip(1)
+    assert relative_error(backwards, exact) < 1e-6
+    assert not ref.linear_scan_chunked(torch.full((1, 8, 1), 1e20), torch.zeros(1, 8, 1)).any()
+
+
+def test_chunk_length_balances_the_passes():
+    assert ref.chunk_length(1) == 1 and ref.chunk_length(65537) == 181  # 2 * 181 + 362 steps instead of 65,537
+    assert ref.chunk_length(65536) == 128  # a divisor of T (2 * 128 + 512 steps), rather than a ragged end
 
 
 @pytest.mark.parametrize("fn,n", [(ref.linear_scan_loop, 2), (ref.min_gru_loop, 2), (ref.min_lstm_loop, 3),
