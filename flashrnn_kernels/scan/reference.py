@@ -116,8 +116,8 @@ def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | Non
     their carries (a scan of the maps over the chunks), then every chunk rescanned from its carry; the steps past the
     last whole chunk one at a time. About 2 chunk_len + T / chunk_len steps instead of T (chunk_len: chunk_length(T)
     when None, and every step one at a time where that makes no more calls); the same dtypes as linear_scan_loop,
-    and the same values to rounding (a chunk's steps are the loop's own). Not differentiable (it writes into its
-    output): the CPU ops run it forward and in reverse, and the loop is the oracle."""
+    and the same values to rounding (a chunk's steps are the loop's own). Differentiable (the GPU tests' float64
+    reference); the CPU ops run it forward and in reverse."""
     dtype = b.dtype
     a, b, h0 = accumulating(a, b, h0)
     B, T, D = b.shape
@@ -133,10 +133,9 @@ def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | Non
         ac, bc, hc = (t[:, whole].view(B, C, L, D) for t in (a, b, h))
         steps = range(L - 1, -1, -1) if reverse else range(L)
         first, *rest = steps
-        fold_a, fold_b = ac[:, :, first].clone(), bc[:, :, first].clone()
+        fold_a, fold_b = ac[:, :, first], bc[:, :, first]
         for i in rest:
-            torch.addcmul(bc[:, :, i], ac[:, :, i], fold_b, out=fold_b)
-            fold_a *= ac[:, :, i]
+            fold_a, fold_b = fold_a * ac[:, :, i], torch.addcmul(bc[:, :, i], ac[:, :, i], fold_b)
         carries = b.new_empty(B, C, D)
         for c in range(C - 1, -1, -1) if reverse else range(C):
             carries[:, c] = state
@@ -145,11 +144,19 @@ def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | Non
             state = torch.where(state == 0, fold_b[:, c], torch.addcmul(fold_b[:, c], fold_a[:, c], state))
         state = carries
         for i in steps:
-            state = torch.addcmul(bc[:, :, i], ac[:, :, i], state, out=hc[:, :, i])
-        state = h[:, T - C * L] if reverse else h[:, C * L - 1]  # the last chunk's own last state
+            state = _step(bc[:, :, i], ac[:, :, i], state, hc[:, :, i])
+        state = state[:, 0 if reverse else C - 1]  # the last chunk's own last state
     for t in ragged:
-        state = torch.addcmul(b[:, t], a[:, t], state, out=h[:, t])
+        state = _step(b[:, t], a[:, t], state, h[:, t])
     return h.to(dtype)
+
+
+def _step(b_t: torch.Tensor, a_t: torch.Tensor, state: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """a_t * state + b_t, written into `out` and returned: in place where autograd does not record it."""
+    if torch.is_grad_enabled() and (a_t.requires_grad or b_t.requires_grad or state.requires_grad):
+        out[...] = state = torch.addcmul(b_t, a_t, state)
+        return state
+    return torch.addcmul(b_t, a_t, state, out=out)
 
 
 def cell_scan(cell: str, inputs: list[torch.Tensor], h0: torch.Tensor | None = None) -> torch.Tensor:

@@ -46,6 +46,15 @@ def test_chunked_decomposition_equals_loop(chunk_len, T):
         assert relative_error(backwards, ref.linear_scan_loop(a.flip(1), b.flip(1), start).flip(1)) < 1e-13
 
 
+@pytest.mark.parametrize("chunk_len", [None, 7])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_chunked_scan_gradcheck_fp64(chunk_len, reverse):
+    # the GPU tests differentiate it as their float64 reference
+    a, b = torch.rand(2, 50, 3, dtype=F64, requires_grad=True), torch.randn(2, 50, 3, dtype=F64, requires_grad=True)
+    h0 = torch.randn(2, 3, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *xs: ref.linear_scan_chunked(*xs, chunk_len, reverse), (a, b, h0))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_chunked_scan_accumulates_as_the_loop_does(dtype):
     a = (0.5 + 0.5 * torch.rand(2, 3001, 8)).to(dtype)  # decays in (0.5, 1): long memories
