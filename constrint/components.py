@@ -112,15 +112,34 @@ def independent_parts(constraints: Sequence[Constraint], store: Store, props: li
             if k in home]
 
 
+def _in_preference_order(groups: list[list[int]], order: Sequence[tuple[int, str]]) -> list[list[int]]:
+    """`groups` in the order the preference list first names their variables, the unnamed groups last, so that the
+    product of their solutions comes in preference order. That holds where the list names each group's variables
+    together and every named group but the last has all its variables named (else its solutions repeat the
+    preferred values with other values elsewhere, and the next group's would start over); otherwise the named
+    groups become one, whose search keeps the order."""
+    home = {v: k for k, group in enumerate(groups) for v in group}
+    named = [home[v] for v, _ in order if v in home]
+    runs = [k for i, k in enumerate(named) if i == 0 or named[i - 1] != k]
+    rest = [g for k, g in enumerate(groups) if k not in runs]
+    preferred = {v for v, _ in order}
+    if len(runs) == len(set(runs)) and all(preferred.issuperset(groups[k]) for k in runs[:-1]):
+        return [groups[k] for k in runs] + rest
+    return [sorted(v for k in set(runs) for v in groups[k])] + rest
+
+
 def _components(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
                 domains: Sequence[tuple[int, int, frozenset | None]], deadline: float | None,
-                block_rows: int) -> list[tuple[list[int], list[Constraint], Callable]] | None:
+                block_rows: int, order: Sequence[tuple[int, str]] = ()
+                ) -> list[tuple[list[int], list[Constraint], Callable]] | None:
     """(variable group, its constraints, their verifier) per component after root propagation, with the
-    constraints it fixes verified; None when propagation refutes the model."""
+    constraints it fixes verified, in the order of `order` (_in_preference_order); None when propagation refutes
+    the model."""
     found = _groups(store, props, n_user, constraints, deadline)
     if found is None:
         return None
     fixed, groups = found
+    groups = _in_preference_order(groups, order)
     ground = [c for c in constraints if all(fixed[v.index] for v in c.variables().values())]
     verifier(ground, domains, compiled=False)(tuple(store.lo[:n_user]))
     compiled = block_rows > 0  # enumerating: many candidates to check, worth compiling the checks
@@ -136,9 +155,9 @@ def _components(store: Store, props: list, n_user: int, constraints: Sequence[Co
 def solve_parts(store: Store, props: list, n_user: int, constraints: Sequence[Constraint],
                 domains: Sequence[tuple[int, int, frozenset | None]], order: list[tuple[int, str]],
                 time_limit: float | None, block_rows: int) -> Iterator[tuple[int, ...]]:
-    """Every solution (values of the user variables), verified; preferred order within each component."""
+    """Every solution (values of the user variables), verified, in the preference order `order`."""
     deadline = deadline_after(time_limit)
-    components = _components(store, props, n_user, constraints, domains, deadline, block_rows)
+    components = _components(store, props, n_user, constraints, domains, deadline, block_rows, order)
     if components is None:
         return
     base = tuple(store.lo[:n_user])

@@ -300,8 +300,9 @@ class Search:
             mask &= m
         if self.objective is not None and mask.any():
             _, sense, _ = self.objective
+            value, defined = self.objective_value(values)  # type: ignore[misc]
+            mask &= defined  # rows where the objective is undefined are no solutions
             hits = np.nonzero(mask)
-            value = self.objective_value(values)  # type: ignore[misc]
             objective = np.broadcast_to(value, mask.shape)[hits]
             pick = int(np.argmin(objective) if sense == MIN else np.argmax(objective))
             best = int(objective[pick])

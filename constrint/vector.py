@@ -97,8 +97,13 @@ def block_check(constraints: Sequence[Constraint], lo: list[int], hi: list[int])
 
 
 def block_value(e: Operand, lo: list[int], hi: list[int]) -> BlockCheck:
-    """values -> e, for variables within [lo, hi]; a zero divisor counts as 1 (callers check definedness)."""
+    """values -> (e, where e is defined), for variables within [lo, hi]: a zero divisor leaves e undefined there
+    (True: defined everywhere), and its value there is meaningless."""
     src = _Source(lo, hi)
     body = src.expr(e)
-    code = f"def value(v):\n    bad = []\n    return {body}\n" if src.tests_zero else _function("value", body, src)
+    if not src.tests_zero:
+        code = f"def value(v):\n    return {body}, True\n"
+    else:
+        code = (f"def value(v):\n    bad = []\n    r = {body}\n    defined = True\n"
+                "    for z in bad:\n        defined = defined & ~z\n    return r, defined\n")
     return _compile([code], {})["value"]

@@ -49,3 +49,35 @@ def _small() -> Model:
     m.add(x + y == 9)
     m.add(z != 2)
     return m
+
+
+def test_solutions_of_several_components_come_in_preference_order():
+    import itertools
+    import random
+
+    rng = random.Random(7)
+    for _ in range(60):
+        m = Model()
+        a, b, c, d = (m.int_var(0, 3, n) for n in "abcd")
+        s, k = rng.randrange(1, 6), rng.randrange(4)
+        linked = rng.random() < 0.5  # components {a, b} and {c, d}, or {a, b}, {c} and {d}
+        m.add(a + b != s)
+        m.add(c != d if linked else c != k)
+        prefer = [(n, rng.choice(["min", "max"])) for n in rng.sample("abcd", rng.randrange(1, 5))]
+        found = [tuple(sol[n] for n in "abcd") for sol in m.solutions(prefer=prefer)]
+        every = [r for r in itertools.product(range(4), repeat=4)
+                 if r[0] + r[1] != s and (r[2] != r[3] if linked else r[2] != k)]
+        assert sorted(found) == every
+
+        def key(row):
+            return tuple(row["abcd".index(n)] * (1 if sense == "min" else -1) for n, sense in prefer)
+
+        assert [key(r) for r in found] == sorted(key(r) for r in found), prefer  # lexicographic in the preferences
+
+
+def test_objective_undefined_in_a_block_is_no_solution():
+    m = Model()
+    x = m.int_var(0, 3, "x")
+    best = m.maximize(10 // (x - 1) - x)  # x = 1 divides by 0: not a candidate
+    assert (best["x"], best.objective) == (2, 8)
+    assert m.minimize(10 // (x - 1) - x).objective == -10
