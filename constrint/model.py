@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from itertools import islice, repeat
+from itertools import count, islice, repeat
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, Sequence, Union
 
@@ -82,8 +82,8 @@ class Model:
     def int_var(self, lo: int | None = None, hi: int | None = None, name: str | None = None, *,
                 values: Iterable[int] | None = None) -> IntVar:
         """A new variable with inclusive bounds `lo..hi`, or the explicit `values`."""
-        if name is None:
-            name = f"_x{len(self._vars)}"
+        if name is None:  # the first free automatic name (a user may have taken "_x<n>")
+            name = next(f"_x{k}" for k in count(len(self._vars)) if f"_x{k}" not in self._vars)
         if not isinstance(name, str) or not name:
             raise ConstrintError(f"variable name must be a non-empty string, got {name!r}")
         if name in self._vars:

@@ -18,6 +18,7 @@ LE, EQ, NE = "<=", "==", "!="
 CLOCK_EVERY = 1024  # propagator runs between looks at the clock (bounds may shrink one unit per run)
 KEEP_SUMS_FROM = 16  # terms of a sum whose bounds Linear keeps between runs
 RHO_STEPS = 1 << 16  # factoring effort per factor: a fixed product or multiple too hard to factor restricts nothing
+PIGEONHOLE_VALUES = 4096  # domain values all_different collects to count the values its unfixed variables have left
 
 
 def deadline_after(time_limit: float | None) -> float | None:
@@ -54,6 +55,79 @@ def fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
             queued[p] = False
         queue.clear()
     return True
+
+
+DIFFERENCE_WORK = 1 << 22
+"""Edge relaxations the root's look for contradictory difference constraints may take (Bellman-Ford, nodes times
+edges per search)."""
+
+
+def _difference_edges(props: list) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int, int, int]]]:
+    """The two-variable Linear propagators a (x - y) + c (<= | == | !=) 0 as difference constraints: edges (y, x, w,
+    k) for x - y <= w (an equality gives one each way), and (x, y, d, k) for x - y != d; k: the propagator."""
+    edges, unequal = [], []
+    for k, p in enumerate(props):
+        if not isinstance(p, Linear) or len(p.terms) != 2 or p.terms[0][0] != -p.terms[1][0]:
+            continue
+        (a, x), (_, y) = p.terms
+        if a < 0:  # a (x - y) = -a (y - x)
+            a, x, y = -a, y, x
+        c = p.const
+        if p.kind == NE:
+            if c % a == 0:
+                unequal.append((x, y, -c // a, k))
+            continue
+        edges.append((y, x, -c // a, k))  # x - y <= floor(-c / a)
+        if p.kind == EQ:
+            edges.append((x, y, c // a, k))  # y - x <= floor(c / a)
+    return edges, unequal
+
+
+def _on_cycles(edges: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """The edges left once every edge from a node that no edge enters, or to one that no edge leaves, is dropped
+    (again and again): those that may lie on a cycle."""
+    while True:
+        heads, tails = {v for _, v, _, _ in edges}, {u for u, _, _, _ in edges}
+        kept = [e for e in edges if e[0] in heads and e[1] in tails]
+        if len(kept) == len(edges):
+            return kept
+        edges = kept
+
+
+def _shortest(nodes: set[int], edges: list[tuple[int, int, int, int]], source: int | None = None
+              ) -> dict[int, int] | None:
+    """Bellman-Ford path lengths over `edges` from `source` (from every node at once where None); None where a
+    cycle of negative length is reached."""
+    dist = dict.fromkeys(nodes, 0) if source is None else {source: 0}
+    for _ in range(len(nodes)):
+        changed = False
+        for u, v, w, _ in edges:
+            if u in dist and (v not in dist or dist[u] + w < dist[v]):
+                dist[v] = dist[u] + w
+                changed = True
+        if not changed:
+            return dist
+    return None
+
+
+def contradictory_differences(props: list) -> int | None:
+    """A propagator of difference constraints (x - y <= w, ==, != from two-variable sums) that contradict each other:
+    a cycle whose bounds sum below 0 (x < y, y < x), or an x - y != d where they force x - y = d; None where there is
+    none, or the system is too large to look. Bounds propagation finds such a contradiction only by moving the bounds
+    one step per round (x < y, y < x over [1, 2^30]: half an hour)."""
+    edges, unequal = _difference_edges(props)
+    edges = _on_cycles(edges)  # a contradiction needs a cycle: x - y forced to d takes paths both ways too
+    nodes = {u for u, _, _, _ in edges} | {v for _, v, _, _ in edges}
+    if not edges or len(nodes) * len(edges) * (1 + 2 * len(unequal)) > DIFFERENCE_WORK:
+        return None
+    if _shortest(nodes, edges) is None:
+        return edges[0][3]
+    for x, y, d, k in unequal:
+        if x in nodes and y in nodes:
+            up, down = _shortest(nodes, edges, y).get(x), _shortest(nodes, edges, x).get(y)  # type: ignore[union-attr]
+            if up == d and down == -d:  # x - y <= d and y - x <= -d
+                return k
+    return None
 
 
 class Linear:
@@ -445,7 +519,8 @@ class Divides:
 
 class AllDifferent:
     """Pairwise different values: fixed values leave the other domains, and the unfixed variables need as many
-    values left in the span of their bounds as there are of them (pigeonhole)."""
+    values left as there are of them (pigeonhole: in the span of their bounds, and among their domains' values where
+    those are few)."""
 
     __slots__ = ("vars",)
 
@@ -467,6 +542,9 @@ class AllDifferent:
             low, high = min(lo[x] for x in free), max(hi[x] for x in free)
             if high - low + 1 - sum(low <= v <= high for v in seen) < len(free):
                 raise Conflict
+            if sum(s.size(x) for x in free) <= PIGEONHOLE_VALUES:  # the values left, not their span
+                if len(set().union(*(s.values(x) for x in free)) - seen) < len(free):
+                    raise Conflict
         if seen:
             for x in self.vars:
                 if lo[x] != hi[x]:

@@ -33,7 +33,7 @@ from .check import TOO_DEEP, constraint_fits, fits_int64
 from .constraints import Constraint
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
-from .propagate import deadline_after, fixpoint
+from .propagate import contradictory_differences, deadline_after, fixpoint
 from .store import Conflict, Store
 from .vector import BlockCheck, block_check, block_value
 
@@ -332,10 +332,15 @@ class Block:
 
 
 def root_fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
-    """Run every propagator once and then to a fixpoint; False when the root is already inconsistent.
+    """Run every propagator once and then to a fixpoint; False when the root is already inconsistent (difference
+    constraints that contradict each other are found first: `contradictory_differences`).
 
     Raises TimeLimit once time.perf_counter() passes `deadline` (when given).
     """
+    culprit = contradictory_differences(props)
+    if culprit is not None:
+        s.culprit = culprit
+        return False
     s.queue[:] = range(len(props))
     s.queued[:] = [True] * len(props)
     return fixpoint(s, props, deadline)

@@ -626,7 +626,11 @@ class _ConstrintReader:
     def _statement(self, body: list[_Token]) -> list[Constraint]:
         """The disjunction a statement states: its '|' parts, each a relation."""
         clause: list[Constraint] = []
-        for part, _ in self._split(body, ("|", "||")):
+        pieces = self._split(body, ("|", "||"))
+        for part, sep in pieces:
+            if not part and len(pieces) > 1:
+                mark = sep or pieces[1][1]
+                raise ParseError(f"'{mark.text}' needs a relation on each side: write A {mark.text} B", *self.pos(mark))
             if part:
                 clause += self._relation(part)
         return clause

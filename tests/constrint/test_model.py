@@ -366,3 +366,9 @@ def test_an_objective_undefined_everywhere_is_named_as_the_cause():
     m.add(x >= 6, name="too big")
     with pytest.raises(Infeasible, match="too big"):
         m.maximize(x % y)
+
+
+def test_automatic_names_skip_names_taken_already():
+    m = Model()
+    m.int_var(0, 1, "_x1")
+    assert [str(m.int_var(0, 1)) for _ in range(2)] == ["_x2", "_x3"]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from constrint import Model, TimeLimit
+from constrint import Infeasible, Model, TimeLimit
 from constrint.components import solve_parts
 from constrint.flatten import Flattener
 from constrint.search import Search
@@ -142,3 +142,49 @@ def test_conflicts_steer_branch_and_bound():
     m = Model()
     search = _search(m, minimize=_unrelated_bits_and_an_impossible_pair(m))
     assert list(search.run()) == [] and search.nodes <= 5000
+
+
+@pytest.mark.parametrize("build", [
+    lambda m, x, y, z: [x < y, y < x],
+    lambda m, x, y, z: [x == y, x != y],
+    lambda m, x, y, z: [x < y, y < z, z <= x],
+    lambda m, x, y, z: [2 * x - 2 * y <= -1, 3 * y - 3 * x <= -1],
+    lambda m, x, y, z: [x - y == 3, y - x != -3],
+], ids=["two", "equal-unequal", "three", "scaled", "difference-unequal"])
+def test_contradictory_differences_are_refuted_at_once(build):
+    # bounds propagation alone moves the bounds one step per round: half an hour over [1, 2^30]
+    m = Model()
+    x, y, z = (m.int_var(1, 2**30, n) for n in "xyz")
+    for c in build(m, x, y, z):
+        m.add(c)
+    with pytest.raises(Infeasible):
+        m.solve(time_limit=5)
+
+
+def test_difference_reasoning_agrees_with_brute_force():
+    import itertools
+    import random
+
+    rng = random.Random(3)
+    for _ in range(300):
+        m = Model()
+        xs = [m.int_var(0, 3, f"x{i}") for i in range(3)]
+        rows = []
+        for _ in range(rng.randrange(1, 5)):
+            i, j = rng.sample(range(3), 2)
+            a, c, op = rng.choice([1, 2, -3]), rng.randrange(-4, 5), rng.choice(["<=", "==", "!="])
+            rows.append((i, j, a, c, op))
+            e = a * (xs[i] - xs[j]) + c
+            m.add(e <= 0 if op == "<=" else e == 0 if op == "==" else e != 0)
+        holds = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
+        every = [r for r in itertools.product(range(4), repeat=3)
+                 if all(holds[op](a * (r[i] - r[j]) + c) for i, j, a, c, op in rows)]
+        assert m.count() == len(every), rows
+
+
+def test_all_different_counts_the_values_left_not_their_span():
+    m = Model()
+    xs = [m.int_var(values=range(0, 100, 10), name=f"x{i}") for i in range(11)]  # 11 variables, 10 values
+    m.add(m.all_different(xs))
+    with pytest.raises(Infeasible):
+        m.solve(time_limit=5)

@@ -398,3 +398,11 @@ def test_constrint_missing_semicolon_between_statements_is_named():
         parse("X == [1, 2]\nY == [3]", "constrint")
     assert str(info.value) == "line 1, column 12: missing ';' after ']' at the end of line 1: statements end with ';'"
     assert parse("X == [\n1, 2\n];\nX <= 3\n+ 0;", "constrint").count() == 2  # a statement may span lines
+
+
+@pytest.mark.parametrize("text, column", [("A <= 1 |;", 27), ("| A <= 1;", 20), ("A <= 1 | | 2 <= A;", 27),
+                                          ("|;", 20)])
+def test_constrint_alternatives_may_not_be_empty(text, column):
+    with pytest.raises(ParseError, match=r"'\|' needs a relation on each side") as err:
+        parse("A == [0, 1, 2, 3]; " + text, "constrint")
+    assert (err.value.line, err.value.column) == (1, column)
