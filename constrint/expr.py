@@ -42,6 +42,10 @@ MAX_DEPTH = 250
 """How deeply operations may nest in one expression: solving and printing recurse once per level (a sum of any
 length is walked without recursion: one level for the sum, one more for a term that is itself nested)."""
 
+MAX_EXPONENT = 4096
+"""The largest constant exponent of a power of an expression: bounds of x ** k grow k times x's bits, and
+propagation computes them at every step (x in [1, 3] with k = 10 ** 7 ran a minute past a one-second limit)."""
+
 
 class Expr:
     """Base of every integer expression; Python operators build new nodes. `depth`: the nesting of operations, a
@@ -159,6 +163,9 @@ class BinOp(Expr):
                     f"exponent of {self.a} ** ({self.b}) must be a constant integer, not an expression")
             if self.b < 0:
                 raise ConstrintError(f"exponent {self.b} of {self.a} is negative; use an integer >= 0")
+            if self.b > MAX_EXPONENT and isinstance(self.a, Expr):
+                raise ConstrintError(f"exponent {self.b} of {self.a} is over {MAX_EXPONENT}: its bounds would have "
+                                     f"about {self.b} times the bits of {self.a}'s; use a smaller exponent")
         self.op = op
 
 

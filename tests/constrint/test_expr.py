@@ -45,6 +45,7 @@ def test_evaluate_uses_floor_semantics_and_flags_undefined(xy):
 @pytest.mark.parametrize("build, match", [
     (lambda x, y: x ** y, "exponent .* must be a constant integer"),
     (lambda x, y: x ** -1, "exponent -1 .* negative"),
+    (lambda x, y: (x + 1) ** 10**7, "exponent 10000000 of x \\+ 1 is over 4096"),
     (lambda x, y: x + 1.5, "right operand of '\\+' must be an integer, got 1.5"),
     (lambda x, y: x * True, "must be an integer, got True"),
     (lambda x, y: x / y, "use '//'"),
