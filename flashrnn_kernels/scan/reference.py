@@ -137,11 +137,13 @@ def linear_scan_chunked(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | Non
         for i in rest:
             fold_a, fold_b = fold_a * ac[:, :, i], torch.addcmul(bc[:, :, i], ac[:, :, i], fold_b)
         carries = b.new_empty(B, C, D)
+        overflowed = bool(fold_a.isinf().any())  # decays above 1 can overflow a chunk's A where the loop's do not
         for c in range(C - 1, -1, -1) if reverse else range(C):
             carries[:, c] = state
-            # a zero state stays out of the product: decays above 1 can overflow a chunk's A where the loop's steps
-            # do not
-            state = torch.where(state == 0, fold_b[:, c], torch.addcmul(fold_b[:, c], fold_a[:, c], state))
+            scale = fold_a[:, c]
+            if overflowed:  # a zero state stays out of an overflowed product (inf * 0), its gradient as it is
+                scale = torch.where(scale.isinf() & (state == 0), 0.0, scale)
+            state = torch.addcmul(fold_b[:, c], scale, state)
         state = carries
         for i in steps:
             state = _step(bc[:, :, i], ac[:, :, i], state, hc[:, :, i])

@@ -53,6 +53,8 @@ def test_chunked_scan_gradcheck_fp64(chunk_len, reverse):
     a, b = torch.rand(2, 50, 3, dtype=F64, requires_grad=True), torch.randn(2, 50, 3, dtype=F64, requires_grad=True)
     h0 = torch.randn(2, 3, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda *xs: ref.linear_scan_chunked(*xs, chunk_len, reverse), (a, b, h0))
+    zero = torch.zeros(2, 3, dtype=F64, requires_grad=True)  # a zero state still passes its gradient on
+    assert torch.autograd.gradcheck(lambda *xs: ref.linear_scan_chunked(*xs, chunk_len, reverse), (a, b, zero))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
