@@ -29,7 +29,7 @@ class Flattener:
         self.n_user = len(variables)
         for v in variables:
             d = v.domain
-            self.store.new_var(d.lo, d.hi, frozenset(d.values) if d.values is not None else None)
+            self.store.new_var(d.lo, d.hi, d.values)
         self._aux: dict[tuple, int] = {}
 
     def register(self, prop) -> None:

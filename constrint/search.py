@@ -23,6 +23,7 @@ Rows come in the same lexicographic order (preferred variables first, by directi
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 import time
 from itertools import chain, repeat
 from typing import Callable, Iterator, Sequence
@@ -166,7 +167,7 @@ class Search:
         for i in self.others:
             if lo[i] != hi[i]:
                 v = vs[i]
-                size = len(v) if v is not None else (hi[i] - lo[i]) // md[i] + 1
+                size = (hi[i] - lo[i]) // md[i] + 1 if v is None else bisect_right(v, hi[i]) - bisect_left(v, lo[i])
                 w = weight[i] + 1
                 if best < 0 or size * best_weight < best_size * w:
                     best, best_size, best_weight = i, size, w

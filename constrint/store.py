@@ -1,11 +1,15 @@
 """Domain store with a trail: every change records the old domain so search can undo to a mark.
 
-Variable i has bounds lo[i]..hi[i], a congruence i = rs[i] (mod md[i]) and optionally vs[i], the frozenset of
-values left (None when only the interval and congruence are known). Bounds always lie on values of the domain.
+Variable i has bounds lo[i]..hi[i], a congruence i = rs[i] (mod md[i]) and optionally vs[i], a sorted tuple of
+values that all meet the congruence (None when only the interval and congruence are known): the values left are
+those of vs[i] within the bounds, so tightening a bound moves it to the next value of vs[i] (a bisection) and copies
+nothing. Bounds always lie on values of the domain.
 A change wakes the propagators watching the variable; an emptied domain raises Conflict, and the fixpoint loop
 records in `culprit` the propagator whose run raised it.
 """
 from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
 
 from .domain import SMALL_SET, crt
 
@@ -22,14 +26,15 @@ class Store:
         self.hi: list[int] = []
         self.md: list[int] = []
         self.rs: list[int] = []
-        self.vs: list[frozenset[int] | None] = []
+        self.vs: list[tuple[int, ...] | None] = []
         self.trail: list[tuple] = []
         self.watch: list[list[int]] = []
         self.queue: list[int] = []
         self.queued: list[bool] = []
         self.culprit = -1  # the propagator of the last conflict in a fixpoint (-1: none yet)
 
-    def new_var(self, lo: int, hi: int, values: frozenset[int] | None = None) -> int:
+    def new_var(self, lo: int, hi: int, values: tuple[int, ...] | None = None) -> int:
+        """A variable over lo..hi, or over `values` (sorted, from lo to hi)."""
         self.lo.append(lo)
         self.hi.append(hi)
         self.md.append(1)
@@ -48,11 +53,16 @@ class Store:
 
     def size(self, i: int) -> int:
         vs = self.vs[i]
-        return len(vs) if vs is not None else (self.hi[i] - self.lo[i]) // self.md[i] + 1
+        if vs is None:
+            return (self.hi[i] - self.lo[i]) // self.md[i] + 1
+        return bisect_right(vs, self.hi[i]) - bisect_left(vs, self.lo[i])
 
     def values(self, i: int):
+        """The values left, ascending (a range or a list)."""
         vs = self.vs[i]
-        return sorted(vs) if vs is not None else range(self.lo[i], self.hi[i] + 1, self.md[i])
+        if vs is None:
+            return range(self.lo[i], self.hi[i] + 1, self.md[i])
+        return list(vs[bisect_left(vs, self.lo[i]): bisect_right(vs, self.hi[i])])
 
     def _save(self, i: int) -> None:
         self.trail.append((i, self.lo[i], self.hi[i], self.md[i], self.rs[i], self.vs[i]))
@@ -84,14 +94,13 @@ class Store:
             v += (self.rs[i] - v) % m
             if v > hi:
                 raise Conflict
-        self.trail.append((i, self.lo[i], hi, m, self.rs[i], self.vs[i]))
         vs = self.vs[i]
-        if vs is not None:
-            vs = frozenset([x for x in vs if x >= v])
-            if not vs:
+        if vs is not None:  # the next value left (all of vs meets the congruence)
+            k = bisect_left(vs, v)
+            if k == len(vs) or vs[k] > hi:
                 raise Conflict
-            self.vs[i] = vs
-            v = min(vs)
+            v = vs[k]
+        self.trail.append((i, self.lo[i], hi, m, self.rs[i], vs))
         self.lo[i] = v
         queued = self.queued
         for p in self.watch[i]:
@@ -110,14 +119,13 @@ class Store:
             v -= (v - self.rs[i]) % m
             if v < lo:
                 raise Conflict
-        self.trail.append((i, lo, self.hi[i], m, self.rs[i], self.vs[i]))
         vs = self.vs[i]
-        if vs is not None:
-            vs = frozenset([x for x in vs if x <= v])
-            if not vs:
+        if vs is not None:  # the previous value left
+            k = bisect_right(vs, v) - 1
+            if k < 0 or vs[k] < lo:
                 raise Conflict
-            self.vs[i] = vs
-            v = max(vs)
+            v = vs[k]
+        self.trail.append((i, lo, self.hi[i], m, self.rs[i], vs))
         self.hi[i] = v
         queued = self.queued
         for p in self.watch[i]:
@@ -135,12 +143,11 @@ class Store:
             raise Conflict
         vs = self.vs[i]
         if vs is not None:
-            if v not in vs:
+            k = bisect_left(vs, v)
+            if k == len(vs) or vs[k] != v:
                 raise Conflict
-            vs = frozenset((v,))
         self._save(i)
         self.lo[i] = self.hi[i] = v
-        self.vs[i] = vs
         self._wake(i)
 
     def remove(self, i: int, v: int) -> None:
@@ -153,32 +160,31 @@ class Store:
         elif lo < v < hi:
             vs = self.vs[i]
             if vs is not None:
-                if v in vs:
+                k = bisect_left(vs, v)
+                if vs[k] == v:  # lo < v < hi, both in vs: k is in range
                     self._save(i)
-                    self.vs[i] = vs - {v}
+                    self.vs[i] = vs[bisect_left(vs, lo): k] + vs[k + 1: bisect_right(vs, hi)]
                     self._wake(i)
             elif (v - self.rs[i]) % self.md[i] == 0 and (hi - lo) // self.md[i] < SMALL_SET:
                 self._save(i)
-                self.vs[i] = frozenset(range(lo, hi + 1, self.md[i])) - {v}
+                self.vs[i] = tuple(x for x in range(lo, hi + 1, self.md[i]) if x != v)
                 self._wake(i)
 
     def restrict(self, i: int, allowed) -> None:
         """Keep only values in the iterable `allowed`."""
         lo, hi, m, r, vs = self.lo[i], self.hi[i], self.md[i], self.rs[i], self.vs[i]
         if vs is None:
-            keep = frozenset([x for x in allowed if lo <= x <= hi and (x - r) % m == 0])
-            old = (hi - lo) // m + 1
+            keep = sorted({x for x in allowed if lo <= x <= hi and (x - r) % m == 0})
         else:
-            keep = vs.intersection(allowed)
-            old = len(vs)
-        if len(keep) == old:
+            keep = sorted(set(self.values(i)).intersection(allowed))
+        if len(keep) == self.size(i):
             return
         if not keep:
             raise Conflict
         self._save(i)
-        self.vs[i] = keep
-        self.lo[i] = min(keep)
-        self.hi[i] = max(keep)
+        self.vs[i] = tuple(keep)
+        self.lo[i] = keep[0]
+        self.hi[i] = keep[-1]
         self._wake(i)
 
     def congruence(self, i: int, r: int, m: int) -> None:
@@ -198,10 +204,10 @@ class Store:
         self._save(i)
         vs = self.vs[i]
         if vs is not None:
-            vs = frozenset([x for x in vs if (x - r) % m == 0])
+            vs = tuple([x for x in vs[bisect_left(vs, lo): bisect_right(vs, hi)] if (x - r) % m == 0])
             if not vs:
                 raise Conflict
             self.vs[i] = vs
-            lo, hi = min(vs), max(vs)
+            lo, hi = vs[0], vs[-1]
         self.md[i], self.rs[i], self.lo[i], self.hi[i] = m, r, lo, hi
         self._wake(i)
