@@ -200,6 +200,16 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 #endif
 }
 
+// Products of decays above 1 may overflow fp32 where no step does (256 at every step of a thread's steps, 8 over a
+// segment of a few hundred), and where such a product meets a state that is exactly 0 (a zero-padded start), inf * 0
+// would give NaN where the step loop's states stay 0. So the compositions below drop a product whose other factor
+// is 0: where that factor is known early (a published b, the segment's carry-in), by a select on the product; along a
+// chain of rows, by a flag carried beside it (`zero`: the state, or a map's b, is exactly 0 so far, since every row
+// since it was 0 added b = 0 to it, or reset it by a = 0), so that the chain itself stays one fmaf per row.
+__device__ __forceinline__ float apply_map(float a, float x, float b) { return fmaf(x == 0.0f ? 0.0f : a, x, b); }
+
+__device__ __forceinline__ bool stays_zero(bool zero, float a, float b) { return b == 0.0f && (zero || a == 0.0f); }
+
 typedef unsigned long long word_t;
 
 // A published value: its float bits low, its tag high: 2 * epoch + 1 for a segment's final state, 2 * epoch for the a
@@ -569,9 +579,11 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             int c;
             if (owned(k, c) && at.active) {
                 float cr = carry[k];
+                bool zero = cr == 0.0f;
                 for_rows(c, Rows<SCAN_PHASE2_BATCH>(), [&](int r, float a, float b) {  // row r's carry-in replaces its a
                     s_a[r][c] = cr;
-                    cr = fmaf(a, cr, b);
+                    cr = fmaf(zero ? 0.0f : a, cr, b);
+                    zero = stays_zero(zero, a, b);
                 });
                 carry[k] = cr;
             }
@@ -598,13 +610,15 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;
             if (owned(k, c)) {
+                bool zero = acc_b[k] == 0.0f;
                 for_rows(c, Rows<SCAN_ROW_BATCH>(), [&](int r, float a, float b) {
                     if constexpr (decltype(record)::value) {
                         s_a[r][c] = acc_a[k];
                         s_b[r][c] = acc_b[k];
                     }
-                    acc_b[k] = fmaf(a, acc_b[k], b);
+                    acc_b[k] = fmaf(zero ? 0.0f : a, acc_b[k], b);
                     acc_a[k] = a * acc_a[k];
+                    zero = stays_zero(zero, a, b);
                 });
             }
         }
@@ -771,11 +785,13 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             for (int k = 0; k < SCAN_OWNED; ++k) {
                 int c;
                 if (owned(k, c)) {
+                    bool done = false;  // a final state (a = 0) was composed: the rows past it add nothing
                     for_rows(c, Rows<SCAN_ROW_BATCH>(), [&](int, float a, float b) {
-                        lb[k] = fmaf(la[k], b, lb[k]);
+                        lb[k] = fmaf(done || b == 0.0f ? 0.0f : la[k], b, lb[k]);
                         la[k] *= a;
+                        done = done || a == 0.0f;
                     });
-                    open |= la[k] != 0.0f;
+                    open |= !done && la[k] != 0.0f;
                 }
             }
             // the barrier also ends the rows' reads before s_a / s_b are written again; the loop's condition ends
@@ -786,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;
             carry[k] = lb[k];
-            if (owned(k, c)) publish(seg_b + mine + c, fmaf(acc_a[k], lb[k], acc_b[k]), final_tag);
+            if (owned(k, c)) publish(seg_b + mine + c, apply_map(acc_a[k], lb[k], acc_b[k]), final_tag);
         }
         // pass B
         if (kept) {  // every row's carry-in straight from the segment's, lb, which the owners pass on in s_a row 0
@@ -804,7 +820,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                     const ChunkAt at(first + q, lane, d_tiles, T, D);
                     float state[SCAN_VEC];
 #pragma unroll
-                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = fmaf(pre_a[q][j], seg_in[j], pre_b[q][j]);
+                    for (int j = 0; j < SCAN_VEC; ++j) state[j] = apply_map(pre_a[q][j], seg_in[j], pre_b[q][j]);
                     // ma / mb hold the last chunk's maps: the only one where a segment is one chunk
                     if (at.complete(T)) rescan(q, at, Flag<true>(), state, Flag<(SCAN_STAGES > 1)>());
                     else if (at.active) rescan(q, at, Flag<false>(), state, Flag<(SCAN_STAGES > 1)>());

@@ -319,6 +319,45 @@ def test_backward_writes_the_wanted_gradients(name, dtype, carry):
             assert same, f"needs={needs}: gradient {k}"
 
 
+@pytest.mark.parametrize("decay", [8.0, 256.0])
+@pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
+def test_zero_states_stay_out_of_overflowing_products(carry, decay):
+    """Decays above 1 where the state is exactly 0: products of them overflow fp32 (8 over a segment's hundreds of
+    steps, 256 over a thread's 16) while the step loop's states stay 0, so inf * 0 must not reach the outputs. Forward:
+    a zero-padded start (b = 0 over the first 2,000 steps, no h0), then decays in (0.5, 1). Backward (dL/db, a fixed):
+    dy = 0 over the last 2,000 steps, where the reverse scan starts, with the decays above 1 there, and b = 0, so that
+    h (0 everywhere) does not overflow either. Each against the fp64 step loop."""
+    from flashrnn_kernels.scan.function import run_scan
+
+    B, T, D = shape = (1, 5000, 64)
+    pad = 2000
+    forward, backward = _carry_plans("linear", torch.float32, shape, carry)
+    a = torch.rand(B, T, D, device="cuda") * 0.5 + 0.5
+    b = torch.randn(B, T, D, device="cuda")
+    a[:, :pad], b[:, :pad] = decay, 0.0
+    _poison_allocator(8 * B * T * D + (1 << 20))
+    (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=forward)
+    exact = reference.linear_scan_loop(a.double(), b.double())
+    assert torch.isfinite(h).all() and not h[:, :pad].any()
+    assert relative_error(h, exact) <= TOL[torch.float32], carry
+
+    a = torch.rand(B, T, D, device="cuda") * 0.5 + 0.5
+    a[:, -pad:] = decay
+    zeros = torch.zeros(B, T, D, device="cuda")
+    dy = torch.randn(B, T, D, device="cuda")
+    dy[:, -pad:] = 0.0
+    _poison_allocator(8 * B * T * D + (1 << 20))
+    (h,) = run_scan("linear", "forward", (a, zeros), None, kernel_plan=forward)
+    assert not h.any()  # every product of decays multiplies a zero state
+    _, db, _ = run_scan("linear", "backward", (a, zeros), None, dy=dy, h=h, kernel_plan=backward,
+                        needs=(False, True, False))
+    # dh_t = dy_t + a_{t+1} dh_{t+1}: the loop over the reversed sequence, decays shifted by one step
+    shifted = torch.cat([torch.zeros_like(a[:, :1]), a.flip(1)[:, :-1]], dim=1)
+    exact_db = reference.linear_scan_loop(shifted.double(), dy.flip(1).double()).flip(1)
+    assert torch.isfinite(db).all() and not db[:, -pad:].any()
+    assert relative_error(db, exact_db) <= TOL[torch.float32], carry
+
+
 @pytest.mark.parametrize("extra", [0, 1], ids=["staged", "restaged"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(OPS))
