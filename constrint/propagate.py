@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from math import gcd
 
+from .disjunction import AnyOf
 from .domain import divisors, solve_congruence
 from .errors import TimeLimit
 from .expr import iroot
@@ -62,11 +63,20 @@ DIFFERENCE_WORK = 1 << 22
 edges per search)."""
 
 
-def _difference_edges(props: list) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int, int, int]]]:
+def _difference_edges(props: list, s: Store) -> tuple[list[tuple[int, int, int, int]],
+                                                      list[tuple[int, int, int, int]]]:
     """The two-variable Linear propagators a (x - y) + c (<= | == | !=) 0 as difference constraints: edges (y, x, w,
-    k) for x - y <= w (an equality gives one each way), and (x, y, d, k) for x - y != d; k: the propagator."""
+    k) for x - y <= w (an equality gives one each way), and (x, y, d, k) for x - y != d; k: the propagator. A
+    remainder z = x % y whose divisor has one sign in `s` adds the bound it implies: z <= y - 1 (y > 0) or z >= y + 1
+    (y < 0)."""
     edges, unequal = [], []
     for k, p in enumerate(props):
+        if isinstance(p, Mod):
+            if s.lo[p.y] > 0:
+                edges.append((p.y, p.z, -1, k))  # z - y <= -1
+            elif s.hi[p.y] < 0:
+                edges.append((p.z, p.y, -1, k))  # y - z <= -1
+            continue
         if not isinstance(p, Linear) or len(p.terms) != 2 or p.terms[0][0] != -p.terms[1][0]:
             continue
         (a, x), (_, y) = p.terms
@@ -110,12 +120,28 @@ def _shortest(nodes: set[int], edges: list[tuple[int, int, int, int]], source: i
     return None
 
 
-def contradictory_differences(props: list) -> int | None:
-    """A propagator of difference constraints (x - y <= w, ==, != from two-variable sums) that contradict each other:
-    a cycle whose bounds sum below 0 (x < y, y < x), or an x - y != d where they force x - y = d; None where there is
-    none, or the system is too large to look. Bounds propagation finds such a contradiction only by moving the bounds
-    one step per round (x < y, y < x over [1, 2^30]: half an hour)."""
-    edges, unequal = _difference_edges(props)
+def contradictory_differences(props: list, s: Store) -> int | None:
+    """A propagator of difference constraints (x - y <= w, ==, != from two-variable sums, and the bound a remainder
+    puts below its divisor) that contradict each other: a cycle whose bounds sum below 0 (x < y, y < x; x % y == y),
+    or an x - y != d where they force x - y = d; else a disjunction each of whose disjuncts, compiled to such sums,
+    contradicts them (x == y with any_of(x < y, y < x)); None where there is none, or the system is too large to
+    look. Bounds propagation finds such a contradiction only by moving the bounds one step per round (x < y, y < x
+    over [1, 2^30]: half an hour)."""
+    edges, unequal = _difference_edges(props, s)
+    found = _contradiction(edges, unequal)
+    if found is not None:
+        return found
+    for k, p in enumerate(props):
+        if isinstance(p, AnyOf) and all(p.direct):
+            alternatives = (_difference_edges(direct, s) for direct in p.direct)
+            if all(_contradiction(edges + more, unequal + other) is not None for more, other in alternatives):
+                return k
+    return None
+
+
+def _contradiction(edges: list[tuple[int, int, int, int]], unequal: list[tuple[int, int, int, int]]) -> int | None:
+    """The propagator of an edge on a cycle of negative length, or of an x - y != d that the edges force to d (see
+    `contradictory_differences`); None where there is none or the system is too large to look."""
     edges = _on_cycles(edges)  # a contradiction needs a cycle: x - y forced to d takes paths both ways too
     nodes = {u for u, _, _, _ in edges} | {v for _, v, _, _ in edges}
     if not edges or len(nodes) * len(edges) * (1 + 2 * len(unequal)) > DIFFERENCE_WORK:

@@ -338,7 +338,7 @@ def root_fixpoint(s: Store, props: list, deadline: float | None = None) -> bool:
 
     Raises TimeLimit once time.perf_counter() passes `deadline` (when given).
     """
-    culprit = contradictory_differences(props)
+    culprit = contradictory_differences(props, s)
     if culprit is not None:
         s.culprit = culprit
         return False

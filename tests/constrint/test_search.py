@@ -150,7 +150,13 @@ def test_conflicts_steer_branch_and_bound():
     lambda m, x, y, z: [x < y, y < z, z <= x],
     lambda m, x, y, z: [2 * x - 2 * y <= -1, 3 * y - 3 * x <= -1],
     lambda m, x, y, z: [x - y == 3, y - x != -3],
-], ids=["two", "equal-unequal", "three", "scaled", "difference-unequal"])
+    lambda m, x, y, z: [x % y == y],
+    lambda m, x, y, z: [x % -y == z, z <= -y],
+    lambda m, x, y, z: [x % y >= z, z >= y],
+    lambda m, x, y, z: [m.any_of([x < y, y < x]), x == y],
+    lambda m, x, y, z: [m.any_of([x < y, y < z]), z <= x, y <= x, z <= y],
+], ids=["two", "equal-unequal", "three", "scaled", "difference-unequal", "remainder-divisor", "negative-divisor",
+        "remainder-through-a-third", "disjunction", "disjunction-of-paths"])
 def test_contradictory_differences_are_refuted_at_once(build):
     # bounds propagation alone moves the bounds one step per round: half an hour over [1, 2^30]
     m = Model()
@@ -180,6 +186,38 @@ def test_difference_reasoning_agrees_with_brute_force():
         every = [r for r in itertools.product(range(4), repeat=3)
                  if all(holds[op](a * (r[i] - r[j]) + c) for i, j, a, c, op in rows)]
         assert m.count() == len(every), rows
+
+
+def test_difference_reasoning_with_disjunctions_and_remainders_agrees_with_brute_force():
+    import itertools
+    import random
+
+    rng = random.Random(5)
+    ops = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
+
+    def row():
+        i, j = rng.sample(range(3), 2)
+        return i, j, rng.choice([1, -2]), rng.randrange(-3, 4), rng.choice(list(ops))
+
+    def constraint(xs, r):
+        i, j, a, c, op = r
+        e = a * (xs[i] - xs[j]) + c
+        return e <= 0 if op == "<=" else e == 0 if op == "==" else e != 0
+
+    for _ in range(200):
+        m = Model()
+        xs = [m.int_var(0, 4, f"x{i}") for i in range(3)] + [m.int_var(1, 4, "d")]
+        rows, options = [row() for _ in range(rng.randrange(0, 3))], [row() for _ in range(2)]
+        for r in rows:
+            m.add(constraint(xs, r))
+        m.add(m.any_of([constraint(xs, r) for r in options]))
+        if rng.random() < 0.5:
+            m.add(xs[0] % xs[3] >= xs[1])  # the remainder's bound below its divisor joins the differences
+        every = [v for v in itertools.product(range(5), range(5), range(5), range(1, 5))
+                 if all(ops[r[4]](r[2] * (v[r[0]] - v[r[1]]) + r[3]) for r in rows)
+                 and any(ops[r[4]](r[2] * (v[r[0]] - v[r[1]]) + r[3]) for r in options)
+                 and (len(m.constraints) == len(rows) + 1 or v[0] % v[3] >= v[1])]
+        assert m.count() == len(every), (rows, options)
 
 
 def test_all_different_counts_the_values_left_not_their_span():
