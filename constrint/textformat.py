@@ -182,7 +182,7 @@ _TOO_DEEP = ("the expression nests too deeply (or is too long: Python's parser t
              "for the python dialect; split it up, or write it in the constrint dialect, which reads sums of any "
              "length")
 _INFIX = ("+", "-", "*", "//", "%", "**", "==", "!=", "<=", "<", ">=", ">", "and", "or", "in")
-_NO_START = _INFIX[2:] + (";", ")", "]", ",")  # what cannot begin an expression ('+' and '-' can: unary)
+_NO_START = _INFIX[2:] + ("=", ";", ")", "]", ",")  # what cannot begin an expression ('+' and '-' can: unary)
 
 Atom = tuple[Constraint, str]  # a constraint and its text
 Clauses = list[list[Atom]]  # a conjunction of disjunctions
@@ -296,6 +296,12 @@ class _PythonReader:
             return self._expr(body, lookup)
 
     def _tree(self, mode: str) -> ast.AST:
+        if "\0" in self.source:  # Python's parser refuses it, at a position of its own (3.11: the line before)
+            before = self.source.split("\0")[0]
+            line = before.count("\n") + 1
+            column = self.indent[line - 1] + len(before.rsplit("\n", 1)[-1]) + 1
+            raise ParseError("a NUL character (\\x00) cannot stand in a model: the text must be plain text", line,
+                             column)
         try:
             return ast.parse(self.source, mode=mode)
         except SyntaxError as exc:
@@ -313,9 +319,6 @@ class _PythonReader:
         except RecursionError:  # no position: blame the longest line
             line = max(range(len(self.lines)), key=lambda i: len(self.lines[i])) + 1
             raise ParseError(_TOO_DEEP, line, self.indent[line - 1] + 1) from None
-        except ValueError as exc:  # a NUL character
-            before = self.source.split("\0")[0]
-            raise ParseError(str(exc), before.count("\n") + 1, len(before.rsplit("\n", 1)[-1]) + 1) from None
 
     def pos(self, node: ast.AST) -> Pos:
         line, offset = node.lineno, node.col_offset  # a byte offset into the line

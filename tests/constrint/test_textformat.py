@@ -185,6 +185,9 @@ def test_python_or_of_ands_is_split_into_named_disjunctions():
     ("x + * 2 == 3", 1, 5, "expected an expression after '+', found '*'"),
     ("x in [1..10];; x>=2", 1, 14, "empty statement: expected a constraint before ';'"),
     ("x + y == 3 3", 1, 12, "expected an operator between '3' and '3'"),
+    ("x in [0..9]\nx <== 3", 2, 5, "expected an expression after '<=', found '='"),
+    ("x in [0..9]\n  x <= 3\0", 2, 9, "NUL character"),
+    ("x == 3\0", 1, 7, "NUL character"),
 ])
 def test_python_errors_name_line_and_column(text, line, column, fragment):
     with pytest.raises(ParseError) as info:
