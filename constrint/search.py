@@ -23,7 +23,6 @@ Rows come in the same lexicographic order (preferred variables first, by directi
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 import time
 from itertools import chain, repeat
 from typing import Callable, Iterator, Sequence
@@ -162,12 +161,11 @@ class Search:
             if lo[i] != hi[i]:
                 return i, d
         best, best_size, best_weight = -1, 0, 1  # the least size / (1 + weight), compared without division
-        vs, md, weight = self.store.vs, self.store.md, self.weight
+        size_of, weight = self.store.size, self.weight
         least_possible = 2 if not self.conflicts else 0  # without weights nothing beats a domain of two
         for i in self.others:
             if lo[i] != hi[i]:
-                v = vs[i]
-                size = (hi[i] - lo[i]) // md[i] + 1 if v is None else bisect_right(v, hi[i]) - bisect_left(v, lo[i])
+                size = size_of(i)
                 w = weight[i] + 1
                 if best < 0 or size * best_weight < best_size * w:
                     best, best_size, best_weight = i, size, w
