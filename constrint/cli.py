@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--minimize", metavar="EXPR", help="print a solution with the least value of EXPR")
     mode.add_argument("--maximize", metavar="EXPR", help="print a solution with the greatest value of EXPR")
     solve.add_argument("--limit", type=_positive_int, metavar="N", help="print at most N solutions")
-    solve.add_argument("--time-limit", type=_positive_float, metavar="S", help="give up after S seconds")
+    solve.add_argument("--time-limit", type=_positive_float, metavar="S",
+                       help="give up after S seconds (exit 3; an optimisation prints its best solution so far)")
     solve.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
@@ -146,8 +147,13 @@ def _solve(args: argparse.Namespace) -> int:
                 print(f"  {line}")
         return EXIT_INFEASIBLE
     except TimeLimit as exc:
+        best = exc.best  # an optimisation's best solution so far
         if args.json:
-            _print_json({"status": "time_limit", "message": str(exc)})
+            found = {} if best is None else {"solution": dict(best), "objective": best.objective}
+            _print_json({"status": "time_limit", "message": str(exc), **found})
+        elif best is not None:
+            print("best solution found (not proven optimal):")
+            _report_one(best, False)
         return _fail(f"time limit of {args.time_limit} s reached: {exc}", code=EXIT_TIME_LIMIT)
     except ConstrintError as exc:
         return _fail(str(exc), as_json=args.json)

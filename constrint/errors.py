@@ -45,7 +45,15 @@ class Infeasible(ConstrintError):
 
 
 class TimeLimit(ConstrintError):
-    """The search ran past its time limit before finishing."""
+    """The search ran past its time limit before finishing.
+
+    From `minimize` / `maximize`, `best` is the best solution found before the limit (its `objective` set), which
+    is feasible but not proven optimal; None where no solution was found (and from every other call).
+    """
+
+    def __init__(self, message: str, best: object | None = None) -> None:
+        super().__init__(message)
+        self.best = best
 
 
 class SolverBug(AssertionError):

@@ -172,11 +172,13 @@ class Model:
                            time_limit, BLOCK_ROWS)
 
     def minimize(self, expr: Operand, time_limit: float | None = None) -> Solution:
-        """A solution with the least value of `expr` (proven); `.objective` holds that value."""
+        """A solution with the least value of `expr` (proven); `.objective` holds that value. Past `time_limit`,
+        TimeLimit carries the best solution found so far as `.best`."""
         return self._optimize(expr, MIN, time_limit)
 
     def maximize(self, expr: Operand, time_limit: float | None = None) -> Solution:
-        """A solution with the greatest value of `expr` (proven); `.objective` holds that value."""
+        """A solution with the greatest value of `expr` (proven); `.objective` holds that value. Past `time_limit`,
+        TimeLimit carries the best solution found so far as `.best`."""
         return self._optimize(expr, MAX, time_limit)
 
     def _optimize(self, expr: Operand, sense: str, time_limit: float | None) -> Solution:
@@ -192,11 +194,21 @@ class Model:
         search = Search(flat.store, flat.props, flat.n_user, [], objective=(obj, sense, expr),
                         time_limit=time_limit, constraints=self._constraints, block_rows=BLOCK_ROWS,
                         verify=verifier(self._constraints, domains), domains=domains)
-        for values in search.run():
-            best = values
+        try:
+            for values in search.run():
+                best = values
+        except TimeLimit as exc:
+            if best is None:
+                raise
+            found = self._optimum(best, expr)
+            raise TimeLimit(f"{exc}; the best solution found has objective {found.objective}, not proven optimal",
+                            best=found) from None
         if best is None:
             raise self._no_optimum(expr, start, time_limit)
-        solution = Solution({name: i for i, name in enumerate(self._vars)}, best)
+        return self._optimum(best, expr)
+
+    def _optimum(self, values: Sequence[int], expr: Operand) -> Solution:
+        solution = Solution({name: i for i, name in enumerate(self._vars)}, values)
         solution.objective = evaluate(expr, solution)
         return solution
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import subprocess
 import sys
 
@@ -208,6 +209,23 @@ def test_time_limit_exits_3(capsys, tmp_path):
     assert code == EXIT_TIME_LIMIT and "time limit" in err
     code, out, _ = run(capsys, "solve", str(path), "--count", "--time-limit", "0.05", "--json")
     assert code == EXIT_TIME_LIMIT and json.loads(out)["status"] == "time_limit"
+
+
+def test_optimisation_past_its_time_limit_prints_the_best_solution_found(capsys, tmp_path):
+    rng = random.Random(1)
+    weights, values = [rng.randint(5, 40) for _ in range(40)], [rng.randint(5, 60) for _ in range(40)]
+    path = tmp_path / "knapsack.py"
+    path.write_text("\n".join(f"k{i} in [0..1]" for i in range(40)) + "\n"
+                    + " + ".join(f"{w} * k{i}" for i, w in enumerate(weights)) + " <= 300\n")
+    objective = " + ".join(f"{v} * k{i}" for i, v in enumerate(values))
+    code, out, err = run(capsys, "solve", str(path), "--maximize", objective, "--time-limit", "0.3")
+    assert code == EXIT_TIME_LIMIT and "not proven optimal" in out and "objective:" in out and "time limit" in err
+    code, out, _ = run(capsys, "solve", str(path), "--maximize", objective, "--time-limit", "0.3", "--json")
+    report = json.loads(out)
+    assert code == EXIT_TIME_LIMIT and report["status"] == "time_limit"
+    chosen = report["solution"]
+    assert report["objective"] == sum(v * chosen[f"k{i}"] for i, v in enumerate(values)) > 0
+    assert sum(w * chosen[f"k{i}"] for i, w in enumerate(weights)) <= 300
 
 
 def test_reads_standard_input(capsys, monkeypatch):

@@ -1,6 +1,7 @@
 """Model: classic counts, brute-force agreement on random models, preferences, optimisation, errors."""
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -178,6 +179,33 @@ def test_time_limit_raises():
         sum(1 for _ in m.solutions(time_limit=0.05))
     with pytest.raises(TimeLimit):
         queens(14).count(time_limit=0.05)
+
+
+def _knapsack(n: int = 40) -> tuple[Model, list[int], list[int]]:
+    """A 0/1 knapsack whose optimum takes branch and bound far longer than the tests wait (seconds to minutes)."""
+    rng = random.Random(1)
+    weights, values = [rng.randint(5, 40) for _ in range(n)], [rng.randint(5, 60) for _ in range(n)]
+    m = Model()
+    xs = [m.int_var(0, 1, f"k{i}") for i in range(n)]
+    m.add(sum(w * x for w, x in zip(weights, xs)) <= 300)
+    return m, weights, values
+
+
+def test_optimisation_past_its_time_limit_keeps_the_best_solution_found():
+    m, weights, values = _knapsack()
+    xs = [m.var(f"k{i}") for i in range(len(values))]
+    with pytest.raises(TimeLimit, match="not proven optimal") as info:
+        m.maximize(sum(v * x for v, x in zip(values, xs)), time_limit=0.3)
+    best = info.value.best
+    assert best is not None and best.objective == sum(v * best[x] for v, x in zip(values, xs)) > 0
+    assert sum(w * best[x] for w, x in zip(weights, xs)) <= 300
+    m = Model()  # propagation moves the bounds 7 at a time toward infeasibility: no solution before the limit
+    x, y = m.int_var(0, 10**9, "x"), m.int_var(0, 10**9, "y")
+    m.add(x // 7 == y // 7)
+    m.add(x >= y + 7)
+    with pytest.raises(TimeLimit) as info:
+        m.minimize(x, time_limit=0.05)
+    assert info.value.best is None
 
 
 def test_minimize_proves_optimum_on_product():
