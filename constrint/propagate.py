@@ -7,6 +7,7 @@ fixed, and a check-only relation (!=, divides, any_of) is decided, so a leaf of 
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 from math import gcd
 
 from .disjunction import AnyOf
@@ -577,3 +578,83 @@ class AllDifferent:
                     for v in seen:
                         if lo[x] <= v <= hi[x]:
                             s.remove(x, v)
+
+
+MAX_RELAXATIONS = 16  # linear constraints an optimisation pairs with its objective (those sharing most variables)
+
+
+class PairedRelaxation:
+    """z = sum(c x) + c0 bounded through one linear constraint sum(a x) <= r on the current box: z's extremes over
+    the linear relaxation of that constraint and the bounds (a greedy fill in order of |c| / |a|, the relaxation's own
+    optimum). Bounds propagation judges the objective's sum and a constraint each alone; together they bound what the
+    objective can reach (a knapsack's value under its capacity), which lets branch and bound cut."""
+
+    __slots__ = ("z", "c", "negated", "c0", "a", "r", "vars")
+
+    def __init__(self, z: int, c: dict[int, int], c0: int, a: dict[int, int], r: int) -> None:
+        self.z, self.c, self.c0, self.a, self.r = z, c, c0, a, r
+        self.negated = {x: -k for x, k in c.items()}
+        self.vars = (z, *dict.fromkeys([*c, *a]))
+
+    def propagate(self, s: Store) -> None:
+        top, bottom = _relaxed_max(self.c, self.a, self.r, s), _relaxed_max(self.negated, self.a, self.r, s)
+        if top is None or bottom is None:  # no point of the box meets the constraint
+            raise Conflict
+        s.set_hi(self.z, self.c0 + top)
+        s.set_lo(self.z, self.c0 - bottom)
+
+
+def _relaxed_max(c: dict[int, int], a: dict[int, int], r: int, s: Store) -> int | None:
+    """floor of max sum(c x) subject to sum(a x) <= r and the bounds of x in `s`, x rational; None where no x meets
+    the constraint. Every x starts at its best bound (for c = 0: the one that uses least of the constraint); while the
+    constraint is exceeded, the x that lose least objective per unit of the constraint freed move toward their other
+    bound."""
+    lo, hi = s.lo, s.hi
+    value = usage = 0
+    movers = []
+    for x in dict.fromkeys([*c, *a]):
+        cx, ax = c.get(x, 0), a.get(x, 0)
+        top = cx > 0 or (cx == 0 and ax < 0)
+        at = hi[x] if top else lo[x]
+        value += cx * at
+        usage += ax * at
+        freed = ax if top else -ax  # constraint freed per unit moved toward the other bound
+        if cx and freed > 0 and hi[x] > lo[x]:
+            movers.append((abs(cx), freed, hi[x] - lo[x]))
+    excess = usage - r
+    if excess <= 0:
+        return value
+    movers.sort(key=lambda m: Fraction(m[0], m[1]))
+    for cost, freed, units in movers:
+        if freed * units < excess:
+            excess -= freed * units
+            value -= cost * units
+        else:
+            return value - -(-cost * excess // freed)  # the last one moves part of the way
+    return None
+
+
+def objective_relaxations(props: list, z: int, n_user: int) -> list[PairedRelaxation]:
+    """PairedRelaxation of objective variable z with the linear constraints (<=, and == as two) that share two or
+    more of its variables, where an == propagator defines z as a sum of the model's own variables (z = sum(c x) +
+    c0); none otherwise (a sum of products, as the kernel plans minimise, gains nothing from them: their bounds are
+    the products' and their planning took 1.3x as long)."""
+    definer = next((p for p in props if isinstance(p, Linear) and p.kind == EQ
+                    and any(x == z and k in (1, -1) for k, x in p.terms)
+                    and all(x < n_user for x in p.vars if x != z)), None)
+    if definer is None:
+        return []
+    unit = dict((x, k) for k, x in definer.terms)[z]  # unit z + sum(k x) + const = 0: z = -unit (sum(k x) + const)
+    c = {x: -unit * k for k, x in definer.terms if x != z}
+    pairs = []
+    for p in props:
+        if p is definer or not isinstance(p, Linear) or p.kind == NE or z in p.vars:
+            continue
+        shared = len(set(p.vars) & c.keys())
+        if shared >= 2:  # with one, the pair bounds z no better than the two propagators do
+            terms = {x: k for k, x in p.terms}
+            pairs.append((shared, terms, -p.const))
+            if p.kind == EQ:
+                pairs.append((shared, {x: -k for x, k in terms.items()}, p.const))
+    pairs.sort(key=lambda t: -t[0])
+    return [PairedRelaxation(z, c, -unit * definer.const, a, r) for _, a, r in pairs[:MAX_RELAXATIONS]]
