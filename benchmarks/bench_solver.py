@@ -2,7 +2,8 @@
 
 Rows: (1) enumerate every tile configuration of a GEMM (8 variables); (2) count n-queens solutions; (3) a
 70-variable fused-kernel tile model: the first solution under lexicographic preferences, and proofs of
-infeasibility for two variants. Each model is one text in constrint's python dialect (the files under
+infeasibility for two variants; (4) a proven optimum: a 0/1 knapsack of 40 items (python-constraint2 does not
+optimise). Each model is one text in constrint's python dialect (the files under
 benchmarks/models/, the n-queens text is generated): constrint parses it; python-constraint2 gets its declared
 domains and its constraint texts, which are Python expressions it compiles itself; CP-SAT gets a translation of
 the same texts (products, quotients and remainders through auxiliary variables). constrint's times include
@@ -26,6 +27,7 @@ import operator
 import os
 import platform
 import pstats
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from ortools.sat.python import cp_model
 
 import common
 from constrint import Infeasible, Model, TimeLimit, parse
+from constrint.textformat import parse_expression
 
 MODELS = Path(__file__).resolve().parent / "models"
 KERNEL_PREFER = [
@@ -52,6 +55,7 @@ KERNEL_VARIANTS = [
      "HEAD_DIM == 2976\nFW_TILES_GATE == 54\n"),
     ("head dim 2976 (R exceeds all registers + shared memory)", "HEAD_DIM == 768\n", "HEAD_DIM == 2976\n"),
 ]
+KNAPSACK_ITEMS, KNAPSACK_CAPACITY, KNAPSACK_SEED = 40, 300, 1
 QUEENS = (6, 7, 8, 9)
 QUEENS_COUNTS = {6: 4, 7: 40, 8: 92, 9: 352}  # known counts, a check on all three solvers
 CPSAT_LIMIT = 2**62
@@ -200,6 +204,17 @@ def cpsat_enumerate(spec: Spec, keep: bool) -> _Collect:
     return collect
 
 
+def cpsat_maximum(spec: Spec, objective: str) -> int:
+    """The proven maximum of the expression `objective` (default parameters: all workers)."""
+    translation = CpSat(spec)
+    translation.model.Maximize(translation._expr(ast.parse(objective, mode="eval").body)[0])
+    solver = cp_model.CpSolver()
+    status = solver.Solve(translation.model)
+    if status != cp_model.OPTIMAL:
+        raise RuntimeError(f"CP-SAT's maximisation ended with status {solver.StatusName(status)}")
+    return int(solver.ObjectiveValue())
+
+
 def cpsat_first(spec: Spec, prefer: list[tuple[str, str]]) -> dict[str, int] | None:
     """The first solution of a fixed search taking the `prefer` variables in order; None when infeasible."""
     translation = CpSat(spec)
@@ -343,6 +358,33 @@ def kernel_rows(repeat: int) -> list[dict]:
     return rows
 
 
+def knapsack_text(n: int, capacity: int, seed: int) -> tuple[str, str]:
+    """A 0/1 knapsack in the python dialect (weights 5-40, values 5-60, drawn with `seed`) and its objective."""
+    rng = random.Random(seed)
+    weights, values = [rng.randint(5, 40) for _ in range(n)], [rng.randint(5, 60) for _ in range(n)]
+    lines = [f"k{i} in [0..1]" for i in range(n)] + [" + ".join(f"{w} * k{i}" for i, w in enumerate(weights))
+                                                     + f" <= {capacity}"]
+    return "\n".join(lines), " + ".join(f"{v} * k{i}" for i, v in enumerate(values))
+
+
+def knapsack_row(repeat: int) -> dict:
+    text, objective = knapsack_text(KNAPSACK_ITEMS, KNAPSACK_CAPACITY, KNAPSACK_SEED)
+    model = parse(text)
+    spec = Spec.of(model)
+    ours, theirs = model.maximize(parse_expression(objective, model)).objective, cpsat_maximum(spec, objective)
+    if ours != theirs:
+        raise AssertionError(f"knapsack optima differ: constrint {ours}, CP-SAT {theirs}")
+
+    def end_to_end() -> int:
+        parsed = parse(text)
+        return parsed.maximize(parse_expression(objective, parsed)).objective
+
+    ours_ms, solve_ms, cpsat_ms = medians_ms([end_to_end, lambda: model.maximize(parse_expression(objective, model)),
+                                              lambda: cpsat_maximum(spec, objective)], repeat)
+    return row(f"0/1 knapsack, {KNAPSACK_ITEMS} items: prove the maximum value", f"{ours}; CP-SAT agrees", ours_ms,
+               solve_ms, "n/a: it does not optimise", cpsat_ms)
+
+
 def profile_ours() -> str:
     """cProfile of constrint on the kernel model, the GEMM enumeration and 8-queens: where the time goes."""
     kernel = (MODELS / "kernel_tiles.model").read_text()
@@ -366,7 +408,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--profile", action="store_true", help="also print a profile of constrint's runs")
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
-    rows = [gemm_row(repeat), *queens_rows(QUEENS[:2] if args.quick else QUEENS, repeat), *kernel_rows(repeat)]
+    rows = [gemm_row(repeat), *queens_rows(QUEENS[:2] if args.quick else QUEENS, repeat), *kernel_rows(repeat),
+            knapsack_row(repeat)]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     versions = (f"Python {platform.python_version()} · ortools {version('ortools')} · "
                 f"python-constraint2 {version('python-constraint2')} · {os.cpu_count()} CPUs, load average "
