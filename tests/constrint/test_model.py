@@ -1,7 +1,6 @@
 """Model: classic counts, brute-force agreement on random models, preferences, optimisation, errors."""
 from __future__ import annotations
 
-import random
 import time
 
 import pytest
@@ -12,7 +11,9 @@ import constrint.model as model_module
 import constrint.propagate as propagate_module
 from constrint import ConstrintError, Infeasible, Model, Solution, TimeLimit
 from constrint.expr import evaluate
+from constrint.textformat import parse, parse_expression
 
+from constrint_knapsack import hard_knapsack
 from constrint_strategies import brute_force, models
 from constrint_timing import finishes_within
 
@@ -181,24 +182,13 @@ def test_time_limit_raises():
         queens(14).count(time_limit=0.05)
 
 
-def _knapsack(n: int = 40) -> tuple[Model, list[int], list[int]]:
-    """A 0/1 knapsack whose optimum takes branch and bound far longer than the tests wait (seconds to minutes)."""
-    rng = random.Random(1)
-    weights, values = [rng.randint(5, 40) for _ in range(n)], [rng.randint(5, 60) for _ in range(n)]
-    m = Model()
-    xs = [m.int_var(0, 1, f"k{i}") for i in range(n)]
-    m.add(sum(w * x for w, x in zip(weights, xs)) <= 300)
-    return m, weights, values
-
-
 def test_optimisation_past_its_time_limit_keeps_the_best_solution_found():
-    m, weights, values = _knapsack()
-    xs = [m.var(f"k{i}") for i in range(len(values))]
+    knapsack = hard_knapsack()
+    m = parse(knapsack.text)
     with pytest.raises(TimeLimit, match="not proven optimal") as info:
-        m.maximize(sum(v * x for v, x in zip(values, xs)), time_limit=0.3)
+        m.maximize(parse_expression(knapsack.objective, m), time_limit=0.3)
     best = info.value.best
-    assert best is not None and best.objective == sum(v * best[x] for v, x in zip(values, xs)) > 0
-    assert sum(w * best[x] for w, x in zip(weights, xs)) <= 300
+    assert best is not None and best.objective == knapsack.value(best) > 0 and knapsack.fits(best)
     m = Model()  # propagation moves the bounds 7 at a time toward infeasibility: no solution before the limit
     x, y = m.int_var(0, 10**9, "x"), m.int_var(0, 10**9, "y")
     m.add(x // 7 == y // 7)
