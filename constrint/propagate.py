@@ -589,29 +589,31 @@ class PairedRelaxation:
     optimum). Bounds propagation judges the objective's sum and a constraint each alone; together they bound what the
     objective can reach (a knapsack's value under its capacity), which lets branch and bound cut."""
 
-    __slots__ = ("z", "c0", "r", "upper", "lower", "vars")
+    __slots__ = ("z", "c0", "r", "upper", "lower", "vars", "split")
 
     def __init__(self, z: int, c: dict[int, int], c0: int, a: dict[int, int], r: int) -> None:
         self.z, self.c0, self.r = z, c0, r
         self.upper, self.lower = _fill_order(c, a), _fill_order({x: -k for x, k in c.items()}, a)
         self.vars = (z, *dict.fromkeys([*c, *a]))
+        self.split: dict[str, tuple[int, bool] | None] = {"max": None, "min": None}
 
     def propagate(self, s: Store) -> None:
-        top, bottom = _relaxed_max(self.upper, self.r, s), _relaxed_max(self.lower, self.r, s)
+        top, self.split["max"] = _relaxed_max(self.upper, self.r, s)
+        bottom, self.split["min"] = _relaxed_max(self.lower, self.r, s)
         if top is None or bottom is None:  # no point of the box meets the constraint
             raise Conflict
         s.set_hi(self.z, self.c0 + top)
         s.set_lo(self.z, self.c0 - bottom)
 
 
-FillOrder = tuple[list[tuple[int, int, int, bool]], list[tuple[int, int, int]]]
+FillOrder = tuple[list[tuple[int, int, int, bool]], list[tuple[int, int, int, bool]]]
 
 
 def _fill_order(c: dict[int, int], a: dict[int, int]) -> FillOrder:
     """For _relaxed_max of sum(c x) under sum(a x) <= r: every variable as (x, c, a, whether it starts at its upper
     bound: its best for the objective, or for c = 0 the one that uses least of the constraint), and those that free
-    some of the constraint by moving toward their other bound, as (x, |c|, a freed per unit), least |c| / freed first
-    (the order depends on c and a alone)."""
+    some of the constraint by moving toward their other bound, as (x, |c|, a freed per unit, the same flag), least
+    |c| / freed first (the order depends on c and a alone)."""
     every, movers = [], []
     for x in dict.fromkeys([*c, *a]):
         cx, ax = c.get(x, 0), a.get(x, 0)
@@ -619,15 +621,16 @@ def _fill_order(c: dict[int, int], a: dict[int, int]) -> FillOrder:
         every.append((x, cx, ax, top))
         freed = ax if top else -ax
         if cx and freed > 0:
-            movers.append((x, abs(cx), freed))
+            movers.append((x, abs(cx), freed, top))
     movers.sort(key=lambda m: Fraction(m[1], m[2]))
     return every, movers
 
 
-def _relaxed_max(order: FillOrder, r: int, s: Store) -> int | None:
-    """floor of max sum(c x) subject to sum(a x) <= r and the bounds of x in `s`, x rational (`order`: _fill_order of
-    c and a); None where no x meets the constraint. Every x starts at its best bound; while the constraint is exceeded,
-    the x that lose least objective per unit of the constraint freed move toward their other bound."""
+def _relaxed_max(order: FillOrder, r: int, s: Store) -> tuple[int | None, tuple[int, bool] | None]:
+    """(floor of max sum(c x) subject to sum(a x) <= r and the bounds of x in `s`, x rational, or None where no x
+    meets the constraint; the variable that the optimum leaves between its bounds, with whether its best bound is the
+    upper, or None). `order`: _fill_order of c and a. Every x starts at its best bound; while the constraint is
+    exceeded, the x that lose least objective per unit of the constraint freed move toward their other bound."""
     every, movers = order
     lo, hi = s.lo, s.hi
     value = usage = 0
@@ -637,15 +640,15 @@ def _relaxed_max(order: FillOrder, r: int, s: Store) -> int | None:
         usage += ax * at
     excess = usage - r
     if excess <= 0:
-        return value
-    for x, cost, freed in movers:
+        return value, None
+    for x, cost, freed, top in movers:
         units = hi[x] - lo[x]
         if freed * units < excess:
             excess -= freed * units
             value -= cost * units
-        else:
-            return value - -(-cost * excess // freed)  # the last one moves part of the way
-    return None
+        else:  # the last one moves part of the way
+            return value - -(-cost * excess // freed), (x, top)
+    return None, None
 
 
 def objective_relaxations(props: list, z: int, n_user: int) -> list[PairedRelaxation]:

@@ -33,7 +33,7 @@ from .check import TOO_DEEP, constraint_fits, fits_int64
 from .constraints import Constraint
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
-from .propagate import contradictory_differences, deadline_after, fixpoint
+from .propagate import PairedRelaxation, contradictory_differences, deadline_after, fixpoint
 from .store import Conflict, Store
 from .vector import BlockCheck, block_check, block_value
 
@@ -61,6 +61,7 @@ class Search:
         self.others = [i for i in branch if i not in chosen]
         self.order = [i for i, _ in self.prefer] + self.others  # this search's variables, preferred ones first
         self.objective = objective
+        self.relaxations = [p for p in props if isinstance(p, PairedRelaxation)] if objective is not None else []
         self.bound: int | None = None
         self.first_value: int | None = None  # objective of the first solution
         self.improvements = 0
@@ -160,6 +161,12 @@ class Search:
         for i, d in self.prefer:
             if lo[i] != hi[i]:
                 return i, d
+        if self.relaxations:  # the variable a relaxation's optimum leaves between its bounds, its best bound first
+            sense = self.objective[1]  # type: ignore[index]
+            for p in self.relaxations:
+                split = p.split[sense]
+                if split is not None and lo[split[0]] != hi[split[0]]:
+                    return split[0], MAX if split[1] else MIN
         best, best_size, best_weight = -1, 0, 1  # the least size / (1 + weight), compared without division
         size_of, weight = self.store.size, self.weight
         least_possible = 2 if not self.conflicts else 0  # without weights nothing beats a domain of two

@@ -119,9 +119,9 @@ def test_propagation_that_shrinks_a_huge_domain_a_unit_at_a_time_keeps_the_time_
 def test_relaxation_of_one_constraint_is_its_fractional_optimum():
     s = _store([range(0, 2)] * 3)  # x in {0, 1}: 60 x0 + 100 x1 + 120 x2 with 10 x0 + 20 x1 + 30 x2 <= 50
     c, a = {0: 60, 1: 100, 2: 120}, {0: 10, 1: 20, 2: 30}
-    assert P._relaxed_max(P._fill_order(c, a), 50, s) == 240  # x0 = x1 = 1, x2 = 2/3
-    assert P._relaxed_max(P._fill_order(c, a), -1, s) is None  # no point of the box uses less than 0
-    assert P._relaxed_max(P._fill_order({x: -k for x, k in c.items()}, a), 50, s) == 0
+    assert P._relaxed_max(P._fill_order(c, a), 50, s) == (240, (2, True))  # x0 = x1 = 1, x2 = 2/3 (best: 1)
+    assert P._relaxed_max(P._fill_order(c, a), -1, s) == (None, None)  # no point of the box uses less than 0
+    assert P._relaxed_max(P._fill_order({x: -k for x, k in c.items()}, a), 50, s) == (0, None)
 
 
 @settings(max_examples=300, deadline=None)
@@ -135,7 +135,7 @@ def test_relaxation_bounds_every_integer_point(data):
     r = data.draw(st.integers(-20, 20))
     points = [p for p in itertools.product(*(range(lo, lo + w + 1) for lo, w in boxes))
               if sum(a[x] * v for x, v in enumerate(p)) <= r]
-    top = P._relaxed_max(P._fill_order(c, a), r, s)
+    top, _ = P._relaxed_max(P._fill_order(c, a), r, s)
     if not points:
         return  # the relaxation may still hold rational points
     assert top is not None and top >= max(sum(c[x] * v for x, v in enumerate(p)) for p in points)
