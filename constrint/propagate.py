@@ -595,11 +595,12 @@ class PairedRelaxation:
         self.z, self.c0, self.r = z, c0, r
         self.upper, self.lower = _fill_order(c, a), _fill_order({x: -k for x, k in c.items()}, a)
         self.vars = (z, *dict.fromkeys([*c, *a]))
-        self.split: dict[str, tuple[int, bool] | None] = {"max": None, "min": None}
+        # the variables the last run's optima of z's upper and lower bound left between their bounds (_relaxed_max)
+        self.split: tuple[tuple[int, bool] | None, tuple[int, bool] | None] = (None, None)
 
     def propagate(self, s: Store) -> None:
-        top, self.split["max"] = _relaxed_max(self.upper, self.r, s)
-        bottom, self.split["min"] = _relaxed_max(self.lower, self.r, s)
+        (top, upper), (bottom, lower) = _relaxed_max(self.upper, self.r, s), _relaxed_max(self.lower, self.r, s)
+        self.split = (upper, lower)
         if top is None or bottom is None:  # no point of the box meets the constraint
             raise Conflict
         s.set_hi(self.z, self.c0 + top)

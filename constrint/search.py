@@ -162,9 +162,9 @@ class Search:
             if lo[i] != hi[i]:
                 return i, d
         if self.relaxations:  # the variable a relaxation's optimum leaves between its bounds, its best bound first
-            sense = self.objective[1]  # type: ignore[index]
+            side = int(self.objective[1] == MIN)  # type: ignore[index]  # p.split: (for a maximum, for a minimum)
             for p in self.relaxations:
-                split = p.split[sense]
+                split = p.split[side]
                 if split is not None and lo[split[0]] != hi[split[0]]:
                     return split[0], MAX if split[1] else MIN
         best, best_size, best_weight = -1, 0, 1  # the least size / (1 + weight), compared without division

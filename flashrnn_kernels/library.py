@@ -282,10 +282,9 @@ def flashrnn_op(Wx: Tensor, R: Tensor, b: Tensor, states: Tensor, cell: str,
 
 # ---- scan: linear scan, minGRU, minLSTM ----------------------------------------------------------------------
 
-def _scan_loop(cell: str):
+def _check_scan_cell(cell: str) -> None:
     if cell not in SCAN_LOOPS:
         raise ValueError(f"unknown scan cell {cell!r} for flashrnn_kernels::scan_*; valid: {sorted(SCAN_LOOPS)}")
-    return SCAN_LOOPS[cell]
 
 
 def _g_derivative(x: Tensor) -> Tensor:
@@ -328,13 +327,13 @@ def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None,
 @torch.library.custom_op("flashrnn_kernels::scan_forward", mutates_args=(), device_types="cpu")
 def scan_forward(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
     """h [B, T, D] of the scan `cell` over its inputs (each [B, T, D]) from h0 [B, D] (zeros when None)."""
-    _scan_loop(cell)
+    _check_scan_cell(cell)
     return scan_reference.cell_scan(cell, inputs, h0)
 
 
 @scan_forward.register_kernel("cuda")
 def _scan_forward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
-    _scan_loop(cell)
+    _check_scan_cell(cell)
     (h,) = run_scan(cell, "forward", _dense(*inputs), h0 if h0 is None else h0.contiguous())
     return h
 
@@ -361,7 +360,7 @@ def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor
                   needs: list[bool]) -> list[Tensor]:
     """Gradients of the inputs, then of h0 when it is given, from dh [B, T, D] (h: the forward's output): those that
     `needs` (one flag per input, then h0's) asks for (`_wanted`)."""
-    _scan_loop(cell)
+    _check_scan_cell(cell)
     grads = _scan_reference_backward(cell, inputs, h0, dh, h)
     return _wanted(grads + [None] * (len(needs) - len(grads)), needs)
 
@@ -369,7 +368,7 @@ def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor
 @scan_backward.register_kernel("cuda")
 def _scan_backward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor,
                         needs: list[bool]) -> list[Tensor]:
-    _scan_loop(cell)
+    _check_scan_cell(cell)
     h0 = h0 if h0 is None else h0.contiguous()
     *grads, grad_h0 = run_scan(cell, "backward", _dense(*inputs), h0, dh.contiguous(), h.contiguous(),
                                needs=tuple(needs))
