@@ -4,7 +4,7 @@ Ops in the `flashrnn_kernels` namespace (cells are passed by name: a schema cann
   flashrnn_forward(Wx, R, b, states, cell, training, backend) -> (h, last, gates_save, states_save)
   flashrnn_backward(Wx?, R, b, states, h, gates_save, states_save, d_h, d_last, cell, backend)
       -> (dWx, dR, db, dstates)
-  scan_forward(cell, inputs, h0?) -> h
+  scan_forward(cell, inputs, h0?, paired) -> h   (paired: a backward follows; it picks the CUDA plan alone)
   scan_backward(cell, inputs, h0?, dh, h, needs) -> [d input..., dh0 (when h0 is given)], those that `needs` asks for
 CUDA runs the kernels (fused/function.py, or alternating/function.py for backend "alternating"; scan/function.py).
 Both CUDA backends save the same fp32 values (gate values, non-h states) between the two ops, and so does the CPU
@@ -325,21 +325,23 @@ def _scan_reference_backward(cell: str, inputs: list[Tensor], h0: Tensor | None,
 
 
 @torch.library.custom_op("flashrnn_kernels::scan_forward", mutates_args=(), device_types="cpu")
-def scan_forward(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
-    """h [B, T, D] of the scan `cell` over its inputs (each [B, T, D]) from h0 [B, D] (zeros when None)."""
+def scan_forward(cell: str, inputs: list[Tensor], h0: Tensor | None, paired: bool = False) -> Tensor:
+    """h [B, T, D] of the scan `cell` over its inputs (each [B, T, D]) from h0 [B, D] (zeros when None). `paired`:
+    autograd will differentiate this call, so on CUDA the forward takes the plan made for a forward + backward pair
+    (scan.problem.ScanProblem.paired); the result is the same up to rounding."""
     _check_scan_cell(cell)
     return scan_reference.cell_scan(cell, inputs, h0)
 
 
 @scan_forward.register_kernel("cuda")
-def _scan_forward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
+def _scan_forward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, paired: bool = False) -> Tensor:
     _check_scan_cell(cell)
-    (h,) = run_scan(cell, "forward", _dense(*inputs), h0 if h0 is None else h0.contiguous())
+    (h,) = run_scan(cell, "forward", _dense(*inputs), h0 if h0 is None else h0.contiguous(), paired=paired)
     return h
 
 
 @scan_forward.register_fake
-def _scan_forward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None) -> Tensor:
+def _scan_forward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None, paired: bool = False) -> Tensor:
     return inputs[0].new_empty(inputs[0].shape)
 
 
@@ -382,17 +384,17 @@ def _scan_backward_fake(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: 
 
 
 def _scan_setup_context(ctx, inputs, output) -> None:
-    cell, tensors, h0 = inputs
+    cell, tensors, h0 = inputs[:3]  # then `paired`, where the call passes it
     ctx.cell, ctx.has_h0 = cell, h0 is not None
     ctx.save_for_backward(output, h0, *tensors)
 
 
 def _scan_autograd_backward(ctx, dh: Tensor):
     h, h0, *tensors = ctx.saved_tensors
-    _, inputs_need, h0_needs = ctx.needs_input_grad  # (cell, [one per input], h0)
+    _, inputs_need, h0_needs, *flags = ctx.needs_input_grad  # (cell, [one per input], h0, [paired])
     needs = (*inputs_need, bool(h0_needs))
     grads = scan_backward(ctx.cell, tensors, h0, dh, h, list(needs))
-    return None, *_spread(grads, needs, ctx.has_h0)
+    return None, *_spread(grads, needs, ctx.has_h0), *(None for _ in flags)
 
 
 scan_forward.register_autograd(_scan_autograd_backward, setup_context=_scan_setup_context)
@@ -404,8 +406,8 @@ class _EagerScan(torch.autograd.Function):
     custom-op dispatch (about 50 us of host time per call on an H200 host); torch.compile sees the op."""
 
     @staticmethod
-    def forward(ctx, cell: str, h0: Tensor | None, *inputs: Tensor) -> Tensor:
-        h = _scan_forward_cuda(cell, list(inputs), h0)
+    def forward(ctx, cell: str, paired: bool, h0: Tensor | None, *inputs: Tensor) -> Tensor:
+        h = _scan_forward_cuda(cell, list(inputs), h0, paired)
         ctx.cell = cell
         ctx.save_for_backward(h, h0, *inputs)
         return h
@@ -413,16 +415,17 @@ class _EagerScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh: Tensor):
         h, h0, *tensors = ctx.saved_tensors
-        _, h0_needs, *inputs_need = ctx.needs_input_grad  # (cell, h0, *inputs)
+        _, _, h0_needs, *inputs_need = ctx.needs_input_grad  # (cell, paired, h0, *inputs)
         needs = (*inputs_need, h0_needs)
         backward = scan_backward if torch.is_grad_enabled() else _scan_backward_cuda  # see _first_order_only
         inputs, grad_h0 = _spread(backward(ctx.cell, tensors, h0, dh, h, list(needs)), needs, h0 is not None)
-        return None, grad_h0, *inputs
+        return None, None, grad_h0, *inputs
 
 
 def scan_op(cell: str, inputs: tuple[Tensor, ...], h0: Tensor | None) -> Tensor:
     """h [B, T, D]: the scan `cell` ("linear", "min_gru", "min_lstm") through the custom op; eager CUDA calls take
     `_EagerScan`, the same launches with less host work per call."""
+    paired = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, h0))
     if inputs[0].is_cuda and not torch.compiler.is_compiling():
-        return _EagerScan.apply(cell, h0, *inputs)
-    return scan_forward(cell, list(inputs), h0)
+        return _EagerScan.apply(cell, paired, h0, *inputs)
+    return scan_forward(cell, list(inputs), h0, paired)

@@ -5,8 +5,9 @@ writes h; the backward runs the same kernel in reverse on dL/dh and the saved h 
 cell's inputs and of h0.
 
 Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D, wanted
-gradients) (the plans themselves are solved once per bucket of B and T), for split lanes the workspace reused per
-stream (no allocation and no memset: every published word carries the launch's epoch), and one launch. A launch
+gradients, paired forward) (the plans themselves are solved once per bucket of B and T), for split lanes the
+workspace reused per stream (no allocation and no memset: every published word carries the launch's epoch), and one
+launch. A launch
 captured into a CUDA graph takes a workspace zeroed ahead by an eager call and its epoch from the device
 (GraphWorkspaces).
 """
@@ -32,15 +33,17 @@ state): epochs run 1 .. EPOCH_LIMIT - 1, then the words are zeroed."""
 _plans: dict[tuple, ScanPlan] = {}
 
 
-def device_plan(cell: str, like: torch.Tensor, direction: str, wanted: int = ALL_GRADIENTS) -> ScanPlan:
+def device_plan(cell: str, like: torch.Tensor, direction: str, wanted: int = ALL_GRADIENTS,
+                paired: bool = False) -> ScanPlan:
     """The plan for `cell` on `like`'s device for its [B, T, D] shape and dtype, a backward writing the gradients
-    `wanted` (ScanProblem.wanted): solved once per bucket of B and T, then a dict lookup."""
+    `wanted` (ScanProblem.wanted), a forward that a backward follows where `paired` (ScanProblem.paired): solved once
+    per bucket of B and T, then a dict lookup."""
     index = like.device.index if like.device.index is not None else 0
     B, T, D = like.shape
-    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T), wanted)
+    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T), wanted, paired)
     found = _plans.get(key)
     if found is None:
-        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction, wanted)
+        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction, wanted, paired)
         found = _plans[key] = plan(problem, _device_gpu(index))
     return found
 
@@ -76,17 +79,18 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: i
                    p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
 
 
-def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS) -> _Launch:
+def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS,
+                   paired: bool = False) -> _Launch:
     """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]), a backward writing the
-    gradients `wanted`: a dict lookup after the first call of a shape."""
-    key = (cell, direction, x.device.index, x.dtype, *x.shape, wanted)
+    gradients `wanted`, a paired forward: a dict lookup after the first call of a shape."""
+    key = (cell, direction, x.device.index, x.dtype, *x.shape, wanted, paired)
     found = _launches.get(key)
     if found is None:
         if len(_launches) >= _LAUNCHES_KEPT:
             _launches.clear()
         B, T, D = x.shape
-        found = _launches[key] = _launch_of(device_plan(cell, x, direction, wanted), B, T, D, x.element_size(),
-                                            x.device.index)
+        found = _launches[key] = _launch_of(device_plan(cell, x, direction, wanted, paired), B, T, D,
+                                            x.element_size(), x.device.index)
     return found
 
 
@@ -250,13 +254,16 @@ def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
 
 def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None,
              dy: torch.Tensor | None = None, h: torch.Tensor | None = None,
-             kernel_plan: ScanPlan | None = None, needs: tuple[bool, ...] | None = None) -> tuple[torch.Tensor, ...]:
+             kernel_plan: ScanPlan | None = None, needs: tuple[bool, ...] | None = None,
+             paired: bool = False) -> tuple[torch.Tensor, ...]:
     """One launch. Forward returns (h,); backward returns (grad of each input..., grad_h0 in fp32 or None).
 
     `needs` (backward): which of the inputs, then h0, want a gradient (None: all); the others get None, and the kernel
     (planned and compiled for the inputs' flags, ScanProblem.wanted) neither writes them nor reads h where no wanted
     gradient needs it (linear_scan with a fixed `a` reads dy and a and writes db alone). `kernel_plan` replaces the
-    solver's plan (benchmarks compare the model's choice with alternatives; a backward's is taken for `needs`)."""
+    solver's plan (benchmarks compare the model's choice with alternatives; a backward's is taken for `needs`).
+    `paired` (forward): a backward of this call follows, so the forward takes the plan made for that context
+    (ScanProblem.paired)."""
     x = inputs[0]
     B, T, D = x.shape
     backward = direction == "backward"
@@ -271,7 +278,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     if kernel_plan is not None and backward:
         kernel_plan = kernel_plan.for_gradients(wanted)
     run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index) if kernel_plan is not None
-           else _device_launch(cell, direction, x, wanted))
+           else _device_launch(cell, direction, x, wanted, paired and not backward))
     access = run.access
     inputs = tuple(_aligned(t, access) for t in inputs)
     if h0 is not None:

@@ -24,7 +24,8 @@ chunk) per LATENCY_NS, its chunks' work (WorkModel: per chunk, row and element),
 load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns per step of a thread). A chained launch
 adds WorkModel.chained_ns, and each wave of chained blocks alone on their SMs WorkModel.chained_solo_ns; a forward whose
 whole traffic fits in L2_REREAD_SHARE of L2 adds chained_ns_in_l2 instead, and per wave chained_sparse_ns for each
-chained block per SM below CHAINED_FULL_BLOCKS (results/scan_forward_in_l2_ab.md). A resident
+chained block per SM below CHAINED_FULL_BLOCKS (results/scan_forward_in_l2_ab.md), and a paired forward (one that a
+backward follows) WorkModel.chained_ns_paired. A resident
 segment streams its inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs
 fit in three quarters of it, else from DRAM; where its lane has several segments, its phase 2 adds ROW_CHAIN_NS per
 thread row and chunk of each pass; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t
@@ -166,6 +167,8 @@ class WorkModel:
     """element_ns with the hardware approximations (ScanProblem.fast_math)."""
     chained_ns: int
     """A chained launch's fixed time besides its waves."""
+    chained_ns_paired: int
+    """chained_ns of a paired forward (ScanProblem.paired: a backward follows, so its inputs come from memory)."""
     chained_step_ns: tuple[int, int]
     """A chained block's lifetime per step each thread handles (its chunk's two passes and the chain of look-backs
     it waits on), forward and backward."""
@@ -198,15 +201,15 @@ class WorkModel:
 WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
                         sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=(10, 10),
-                        fast_element_ns=(10, 10), chained_ns=12000,
+                        fast_element_ns=(10, 10), chained_ns=12000, chained_ns_paired=4000,
                         chained_step_ns=(0, 0), chained_steps=(16, 8), chained_max_rows=0,
                         chained_off_ns=(1000, 7000), prefer_occupancy=True, chained_solo_ns=(600, 600),
                         chained_ns_in_l2=3000, chained_sparse_ns=500,
                         prefer_small_blocks=False, resident=(True, False)),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=(100, 290),
-                         fast_element_ns=(50, 200),
-                         chained_ns=0, chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_max_rows=16,
+                         fast_element_ns=(50, 200), chained_ns=0, chained_ns_paired=0,
+                         chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_max_rows=16,
                          chained_off_ns=(2000, 0), prefer_occupancy=False, chained_solo_ns=(0, 0),
                          chained_ns_in_l2=0, chained_sparse_ns=0,
                          prefer_small_blocks=True, resident=(False, False)),
@@ -231,8 +234,10 @@ backward 60.3 / 56.0 us; bf16 12.8 / 13.5 and 25.8 / 35.9 us) and for the short 
 0.83-1.13x, backward 1.6-2.0x the chained plans' speed). The chained forwards have got faster since (bf16 9.4 us at
 [1, 65536, 64] against 17.3 modelled) and win in a forward+backward pair (0.73-0.98x its time), but a smaller
 chained_ns also moves the fp32 forwards, which then take 1.21-1.24x as long alone
-(results/scan_thin_forward_context.md). The minGRU / minLSTM kernels compute exponentials and
-reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
+(results/scan_thin_forward_context.md). So a forward is planned for its context: under autograd, where a backward
+follows (ScanProblem.paired), with chained_ns_paired, 4 us, which moved the thin and narrow forwards timed there to
+chained blocks (pairs 0.73-0.98x the time); alone, with chained_ns. The minGRU / minLSTM kernels compute exponentials
+and reciprocals per element and run faster with more, narrower lanes (more warps per SM): under the linear scan's model
 their plans took 10-70% longer (min_gru fp32 [8, 65536, 1536] 7.3 ms against 4.4 ms). Their whole lanes are latency-
 bound per thread: in every whole-lane block shape of `bench_scan.py --gate-sweep` (H200, 2026-12-01, [64, 4096, 512] and
 [8, 4096, 1536], fp32 and bf16, both directions, 22-38 shapes each) the time fell with the elements each thread handles,
@@ -600,7 +605,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     rounds = resident * _ceil_div(segments - 1, tt)
     # a forward whose whole traffic fits in L2 (WorkModel.chained_ns_in_l2, chained_sparse_ns)
     in_l2_forward = not backward and _fits_l2(gpu, B * T * dim * problem.traffic_elements * esize)
-    chained_ns = work.chained_ns_in_l2 if in_l2_forward else work.chained_ns
+    chained_ns = (work.chained_ns_in_l2 if in_l2_forward else work.chained_ns_paired if problem.paired
+                  else work.chained_ns)
     sparse = 0
     if in_l2_forward and work.chained_sparse_ns:
         sparse = work.chained_sparse_ns * (

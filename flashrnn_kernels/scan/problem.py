@@ -27,6 +27,9 @@ class ScanProblem:
 
     The backward is the same scan run in reverse (dh_t = dy_t + a_{t+1} dh_{t+1}) with the gradient epilogue; it
     writes the gradients of the inputs whose bits `wanted` sets (bit i: input i; the forward keeps ALL_GRADIENTS).
+    A `paired` forward is one that autograd will differentiate: its plan is made for its time in a forward + backward
+    pair (plan.WorkModel.chained_ns_paired), where its inputs come from memory rather than from the L2 that repeated
+    forwards leave them in.
     """
 
     cell: str
@@ -36,6 +39,7 @@ class ScanProblem:
     seq_len: int
     direction: str = "forward"
     wanted: int = ALL_GRADIENTS
+    paired: bool = False
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
@@ -52,12 +56,15 @@ class ScanProblem:
                                                            and self.wanted != ALL_GRADIENTS):
             raise ValueError(f"wanted must be a bit set in 0..{ALL_GRADIENTS} (bit i: input i's gradient; none: h0's "
                              f"alone; the forward takes {ALL_GRADIENTS}), got {self.wanted!r}")
+        if not isinstance(self.paired, bool) or (self.paired and self.direction != "forward"):
+            raise ValueError(f"paired (a forward that a backward follows) is a bool, True for forwards only; got "
+                             f"{self.paired!r} for direction {self.direction!r}")
 
     @classmethod
     def for_shape(cls, cell: str, batch: int, seq_len: int, hidden_dim: int, dtype: str,
-                  direction: str = "forward", wanted: int = ALL_GRADIENTS) -> ScanProblem:
+                  direction: str = "forward", wanted: int = ALL_GRADIENTS, paired: bool = False) -> ScanProblem:
         """The problem of a [batch, seq_len, hidden_dim] scan, batch and seq_len rounded up to powers of two."""
-        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction, wanted)
+        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction, wanted, paired)
 
     @property
     def input_count(self) -> int:

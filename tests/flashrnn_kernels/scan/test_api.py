@@ -135,3 +135,35 @@ def test_backward_computes_the_wanted_gradients(cell, device):
         for k, (got, want) in enumerate(zip(grads, expected)):
             same = torch.equal(got, want) if device == "cpu" else within_rounding(want, got)
             assert same, f"{cell} needs={needs}: gradient {k}"
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_forward_is_paired_where_autograd_will_differentiate_it(device, monkeypatch):
+    """`paired` (a backward follows: the forward's plan for that context) is set where grad mode is on and an input
+    or h0 requires grad, on the custom op (CPU, torch.compile) and on the eager CUDA path alike."""
+    from flashrnn_kernels import library
+
+    seen = []
+    if device == "cpu":
+        op = library.scan_forward
+
+        def recorded(cell, inputs, h0, paired):
+            seen.append(paired)
+            return op(cell, inputs, h0, paired)
+        monkeypatch.setattr(library, "scan_forward", recorded)
+    else:
+        launch = library.run_scan
+
+        def recorded(*args, paired=False, **kwargs):
+            seen.append(paired)
+            return launch(*args, paired=paired, **kwargs)
+        monkeypatch.setattr(library, "run_scan", recorded)
+    a, b = torch.rand(1, 300, 8, device=device), torch.randn(1, 300, 8, device=device)
+    h0 = torch.randn(1, 8, device=device)
+    linear_scan(a, b)
+    linear_scan(a, b.requires_grad_())
+    with torch.no_grad():
+        linear_scan(a, b)
+    b.requires_grad_(False)
+    linear_scan(a, b, h0.requires_grad_())
+    assert seen == [False, True, False, True]

@@ -175,6 +175,33 @@ def test_linear_chained_blocks_share_their_sm(case):
     assert direction == "backward" or p.steps in (8, 16), p
 
 
+@pytest.mark.parametrize("case", [((1, 65536, 64), "float32"), ((4, 16384, 64), "float32"),
+                                  ((1, 65536, 128), "bfloat16"), ((2, 65536, 64), "bfloat16"),
+                                  ((8, 16384, 64), "bfloat16")])
+def test_paired_linear_forwards_run_chained_blocks(case):
+    """A forward that a backward follows reads its inputs from memory, not from the L2 that repeated forwards leave
+    them in: there the thin and narrow forwards' chained blocks of 8 x 16 threads, 16 steps, 2 per SM made the pairs
+    0.73-0.98x as long as the resident segments planned for the forward alone, which alone run up to 1.24x faster
+    (scan_thin_forward_context.md, H200). So each context has its plan."""
+    shape, dtype = case
+    gpu = hwmodels.load("H200-SXM-141GB")
+    alone = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward"), gpu)
+    paired = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward", paired=True), gpu)
+    assert alone.carry == "resident", alone
+    assert (paired.carry, paired.threads_d, paired.threads_t, paired.steps, paired.min_blocks) == (
+        "chained", 8, 16, 16, 2), paired
+
+
+def test_pairing_moves_no_other_plan():
+    """Wide linear forwards (whole lanes) and the gate cells' forwards (chained_ns 0 either way) keep their plans."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for problem in _problems(dims=(1536, 64)):
+        if problem.direction == "backward" or (problem.cell == "linear" and problem.batch == 1):
+            continue
+        alone, paired = plan(problem, gpu), plan(dataclasses.replace(problem, paired=True), gpu)
+        assert dataclasses.replace(paired, problem=problem) == alone, (alone, paired)
+
+
 def test_wide_gate_plans_follow_the_gate_sweep():
     """[64, 4096, 512] and [8, 4096, 1536] on an H200 (`bench_scan.py --gate-sweep`, scan_gate_cells_ab.md): the
     minGRU / minLSTM kernels run whole lanes in blocks of 4 warps whose threads handle at most 2,048 elements (the
@@ -237,6 +264,10 @@ def test_bad_problem_names_the_choices():
         ScanProblem("linear", 0, "float32", 1, 1)
     with pytest.raises(ValueError, match="seq_len"):
         ScanProblem("linear", 64, "float32", 1, 0)
+    with pytest.raises(ValueError, match="forwards only"):
+        ScanProblem("linear", 64, "float32", 1, 1, "backward", paired=True)
+    with pytest.raises(ValueError, match="paired"):
+        ScanProblem("linear", 64, "float32", 1, 1, paired=1)
 
 
 def _plan_or_none(problem, gpu, carry):
@@ -270,6 +301,10 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
             if p.problem.cell == "linear" and p.problem.direction == "backward":
                 q = p.for_gradients(ALL_GRADIENTS & ~1)  # a fixed: db alone, no h staged
                 plans[q.source()] = q
+    for pr in _problems(dims=(1536, 64, 128)):  # the forwards' plans for a forward + backward pair
+        if pr.direction == "forward":
+            q = plan(dataclasses.replace(pr, paired=True), gpu)
+            plans.setdefault(q.source(), q)
     with ThreadPoolExecutor(4) as pool:
         logs = list(pool.map(lambda s: _ptxas(s, arch, tmp_path), plans))
     for (source, p), log in zip(plans.items(), logs):

@@ -1,0 +1,80 @@
+"""linear_scan's forward plans for the two contexts a forward runs in: alone (inference, the plan for
+ScanProblem.paired False) and followed by its backward (autograd, paired True), on the narrow problems whose two plans
+differ. Each forward plan is timed alone and in a pair with the solver's backward, as device time per call in a CUDA
+graph (common.time_graph), the two plans taking turns over --rounds rounds in one process, on random inputs (decays
+in (0.5, 1)); the outputs and gradients of the two plans are compared (they differ only in rounding).
+
+Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4]
+Writes scan_paired_forward_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+
+import torch
+
+import common
+from flashrnn_kernels.scan.function import device_plan, run_scan
+
+PROBLEMS = [((1, 65536, 64), torch.float32), ((4, 16384, 64), torch.float32), ((2, 16384, 128), torch.float32),
+            ((1, 16384, 256), torch.float32), ((8, 4096, 128), torch.float32), ((1, 65536, 128), torch.bfloat16),
+            ((2, 65536, 64), torch.bfloat16), ((8, 16384, 64), torch.bfloat16), ((4, 16384, 128), torch.bfloat16),
+            ((16, 4096, 128), torch.bfloat16)]
+
+NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def _describe(p) -> str:
+    return f"{p.carry} {p.threads_d}x{p.threads_t}x{p.steps}, {p.stages} st, {p.min_blocks}/SM"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    rows = []
+    for shape, dtype in PROBLEMS:
+        a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+        b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
+        plans = {"alone": device_plan("linear", a, "forward"), "paired": device_plan("linear", a, "forward",
+                                                                                     paired=True)}
+        if dataclasses.replace(plans["paired"], problem=plans["alone"].problem) == plans["alone"]:
+            raise SystemExit(f"{shape} {dtype}: the paired plan is the plan alone; this A/B needs problems where "
+                             "they differ")
+        outputs, times = {}, {}
+        for r in range(args.rounds):
+            for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
+                p = plans[name]
+
+                def forward(p=p):
+                    return run_scan("linear", "forward", (a, b), None, kernel_plan=p)
+
+                def pair(p=p):
+                    (h,) = forward(p)
+                    return h, *run_scan("linear", "backward", (a, b), None, dy=dy, h=h)[:2]
+
+                outputs[name] = pair()
+                times.setdefault((name, "alone"), []).append(common.time_graph(forward) * 1e3)
+                times.setdefault((name, "pair"), []).append(common.time_graph(pair) * 1e3)
+        difference = max(common.relative_error(x, y) for x, y in zip(outputs["paired"], outputs["alone"]))
+        us = {key: statistics.median(values) for key, values in times.items()}
+        rows.append({"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype],
+                     "plan alone": _describe(plans["alone"]), "plan paired": _describe(plans["paired"]),
+                     "forward us: alone plan": us["alone", "alone"], "forward us: paired plan": us["paired", "alone"],
+                     "pair us: alone plan": us["alone", "pair"], "pair us: paired plan": us["paired", "pair"],
+                     "pair ratio": us["paired", "pair"] / us["alone", "pair"],
+                     "forward ratio": us["paired", "alone"] / us["alone", "alone"],
+                     "outputs' relative difference": difference})
+    ratios = [row["pair ratio"] for row in rows]
+    print(common.write_results(
+        "scan_paired_forward_ab", rows, title="linear_scan forward plans alone and paired with the backward",
+        notes=[f"{args.rounds} alternating rounds; median device time per call (CUDA graphs of 10 calls); the pair is "
+               "the forward with the given plan, then the solver's backward (dL/da, dL/db). Pairs with the paired "
+               f"plan: {min(ratios):.3f}-{max(ratios):.3f}x the time (geometric mean "
+               f"{statistics.geometric_mean(ratios):.3f})."]))
+
+
+if __name__ == "__main__":
+    main()
