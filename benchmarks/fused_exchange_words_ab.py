@@ -1,6 +1,7 @@
-"""The fused forwards whose split heads exchange h through global memory, with the current exchange words against an
-older copy of the package (--before: a directory holding its flashrnn_kernels), e.g. words of 4 payload bytes and a
-4-byte tag against words of payload alone with a parity bit in the last bit of their first element.
+"""The fused forwards whose split heads exchange h through global memory, with this package's kernels against another
+copy of the package (--before: a directory holding its flashrnn_kernels). results/fused_exchange_words_ab.md ran the
+shipped words (4 payload bytes, a 4-byte tag) as "before" against results/fused_exchange_parity_words.diff applied
+(payload alone, a parity bit in the last bit of each word's first element) as "after".
 
 Each variant runs in its own process (the two packages share a name), the variants taking turns over --rounds
 rounds; per round and case the time per call of the solver's plan (CUDA events, median of 20 calls after 5 warm-up
