@@ -4,19 +4,25 @@ differ. Each forward plan is timed alone and in a pair with the solver's backwar
 graph (common.time_graph), the two plans taking turns over --rounds rounds in one process, on random inputs (decays
 in (0.5, 1)); the outputs and gradients of the two plans are compared (they differ only in rounding).
 
-Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4]
+`--shapes`: instead, the paired plan against other chained block shapes (threads along D x thread rows x steps),
+each in a pair only; writes scan_paired_forward_shapes.{csv,md}.
+
+Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8]
 Writes scan_paired_forward_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import statistics
 
 import torch
 
 import common
-from flashrnn_kernels.scan.function import device_plan, run_scan
+from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan
+
+scan_plan = importlib.import_module("flashrnn_kernels.scan.plan")  # the package's `plan` is the function
 
 PROBLEMS = [((1, 65536, 64), torch.float32), ((4, 16384, 64), torch.float32), ((2, 16384, 128), torch.float32),
             ((1, 16384, 256), torch.float32), ((8, 4096, 128), torch.float32), ((1, 65536, 128), torch.bfloat16),
@@ -30,10 +36,56 @@ def _describe(p) -> str:
     return f"{p.carry} {p.threads_d}x{p.threads_t}x{p.steps}, {p.stages} st, {p.min_blocks}/SM"
 
 
+def _chained(p, shape: str):
+    """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps)."""
+    threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
+    given = {"carry": scan_plan.CARRIES.index("chained"), "threads_d": threads_d, "threads_t": threads_t,
+             "steps": steps, "vec": p.vec}
+    return scan_plan._plan(p.problem, _device_gpu(0), scan_plan._solve(p.problem, _device_gpu(0), given))
+
+
+def _pair(p, a, b, dy):
+    def run():
+        (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=p)
+        return h, *run_scan("linear", "backward", (a, b), None, dy=dy, h=h)[:2]
+    return run
+
+
+def sweep(shapes: list[str], rounds: int) -> None:
+    rows = []
+    for shape, dtype in PROBLEMS:
+        a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+        b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
+        paired = device_plan("linear", a, "forward", paired=True)
+        plans = {"paired": paired, **{s: _chained(paired, s) for s in shapes}}
+        times: dict[str, list[float]] = {}
+        expected = _pair(paired, a, b, dy)()
+        for r in range(rounds):
+            for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
+                times.setdefault(name, []).append(common.time_graph(_pair(plans[name], a, b, dy)) * 1e3)
+        base = statistics.median(times["paired"])
+        row = {"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype], "paired plan": _describe(paired),
+               "pair us": base}
+        for name in shapes:
+            got = _pair(plans[name], a, b, dy)()
+            difference = max(common.relative_error(x, y) for x, y in zip(got, expected))
+            row[f"{name} / paired"] = statistics.median(times[name]) / base
+            row[f"{name} difference"] = difference
+        rows.append(row)
+    print(common.write_results("scan_paired_forward_shapes", rows, title="Paired linear_scan forwards: chained "
+                               "block shapes in a forward + backward pair",
+                               notes=[f"{rounds} alternating rounds; median device time of the pair per call (CUDA "
+                                      "graphs of 10 calls), each shape's relative to the paired plan's."]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--shapes", help="comma-separated chained block shapes, threads_d x threads_t x steps")
     args = parser.parse_args()
+    if args.shapes:
+        sweep(args.shapes.split(","), args.rounds)
+        return
     rows = []
     for shape, dtype in PROBLEMS:
         a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
