@@ -103,10 +103,7 @@ def main() -> None:
                 def forward(p=p):
                     return run_scan("linear", "forward", (a, b), None, kernel_plan=p)
 
-                def pair(p=p):
-                    (h,) = forward(p)
-                    return h, *run_scan("linear", "backward", (a, b), None, dy=dy, h=h)[:2]
-
+                pair = _pair(p, a, b, dy)
                 outputs[name] = pair()
                 times.setdefault((name, "alone"), []).append(common.time_graph(forward) * 1e3)
                 times.setdefault((name, "pair"), []).append(common.time_graph(pair) * 1e3)
