@@ -69,9 +69,14 @@ def _difference_edges(props: list, s: Store) -> tuple[list[tuple[int, int, int, 
     """The two-variable Linear propagators a (x - y) + c (<= | == | !=) 0 as difference constraints: edges (y, x, w,
     k) for x - y <= w (an equality gives one each way), and (x, y, d, k) for x - y != d; k: the propagator. A
     remainder z = x % y whose divisor has one sign in `s` adds the bound it implies: z <= y - 1 (y > 0) or z >= y + 1
-    (y < 0)."""
+    (y < 0); and two quotients z1 = x1 // b, z2 = x2 // b by the same fixed b > 0 carry each edge between them over to
+    their dividends: z1 - z2 <= w gives x1 - x2 <= b w + b - 1 (x1 // 7 == x2 // 7 bounds x1 - x2 by 6)."""
     edges, unequal = [], []
+    quotients = {}  # z -> (x, b) for z = x // b with b fixed and positive
     for k, p in enumerate(props):
+        if isinstance(p, FloorDiv) and s.lo[p.y] == s.hi[p.y] > 0:
+            quotients[p.z] = (p.x, s.lo[p.y])
+            continue
         if isinstance(p, Mod):
             if s.lo[p.y] > 0:
                 edges.append((p.y, p.z, -1, k))  # z - y <= -1
@@ -91,6 +96,10 @@ def _difference_edges(props: list, s: Store) -> tuple[list[tuple[int, int, int, 
         edges.append((y, x, -c // a, k))  # x - y <= floor(-c / a)
         if p.kind == EQ:
             edges.append((x, y, c // a, k))  # y - x <= floor(c / a)
+    for u, v, w, k in list(edges):
+        if u in quotients and v in quotients and quotients[u][1] == quotients[v][1]:
+            b = quotients[u][1]
+            edges.append((quotients[u][0], quotients[v][0], b * w + b - 1, k))
     return edges, unequal
 
 

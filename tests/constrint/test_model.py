@@ -189,10 +189,11 @@ def test_optimisation_past_its_time_limit_keeps_the_best_solution_found():
         m.maximize(parse_expression(knapsack.objective, m), time_limit=0.3)
     best = info.value.best
     assert best is not None and best.objective == knapsack.value(best) > 0 and knapsack.fits(best)
-    m = Model()  # propagation moves the bounds 7 at a time toward infeasibility: no solution before the limit
+    m = Model()  # equal remainders and a difference below the divisor: no solution, and none found before the limit
     x, y = m.int_var(0, 10**9, "x"), m.int_var(0, 10**9, "y")
-    m.add(x // 7 == y // 7)
-    m.add(x >= y + 7)
+    m.add(x % 1000 == y % 1000)
+    m.add(x >= y + 1)
+    m.add(x <= y + 999)
     with pytest.raises(TimeLimit) as info:
         m.minimize(x, time_limit=0.05)
     assert info.value.best is None

@@ -155,8 +155,10 @@ def test_conflicts_steer_branch_and_bound():
     lambda m, x, y, z: [x % y >= z, z >= y],
     lambda m, x, y, z: [m.any_of([x < y, y < x]), x == y],
     lambda m, x, y, z: [m.any_of([x < y, y < z]), z <= x, y <= x, z <= y],
+    lambda m, x, y, z: [x // 7 == y // 7, x >= y + 7],
+    lambda m, x, y, z: [x // 7 <= (y + 3) // 7 - 2, x >= y - 4],
 ], ids=["two", "equal-unequal", "three", "scaled", "difference-unequal", "remainder-divisor", "negative-divisor",
-        "remainder-through-a-third", "disjunction", "disjunction-of-paths"])
+        "remainder-through-a-third", "disjunction", "disjunction-of-paths", "equal-quotients", "quotients-apart"])
 def test_contradictory_differences_are_refuted_at_once(build):
     # bounds propagation alone moves the bounds one step per round: half an hour over [1, 2^30]
     m = Model()
@@ -186,6 +188,28 @@ def test_difference_reasoning_agrees_with_brute_force():
         every = [r for r in itertools.product(range(4), repeat=3)
                  if all(holds[op](a * (r[i] - r[j]) + c) for i, j, a, c, op in rows)]
         assert m.count() == len(every), rows
+
+
+def test_difference_reasoning_through_quotients_agrees_with_brute_force():
+    """x1 // b, x2 // b related by a difference carry it to x1, x2 (z1 - z2 <= w: x1 - x2 <= b w + b - 1)."""
+    import itertools
+    import random
+
+    rng = random.Random(11)
+    ops = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
+    for _ in range(300):
+        m = Model()
+        xs = [m.int_var(0, 12, f"x{i}") for i in range(2)]
+        b, shift = rng.randrange(1, 6), rng.randrange(-2, 3)
+        quotient_op, w = rng.choice(["<=", "=="]), rng.randrange(-2, 3)
+        op, c = rng.choice(list(ops)), rng.randrange(-14, 15)
+        z1, z2 = xs[0] // b, (xs[1] + shift) // b
+        m.add(z1 - z2 - w <= 0 if quotient_op == "<=" else z1 - z2 - w == 0)
+        e = xs[0] - xs[1] + c
+        m.add(e <= 0 if op == "<=" else e == 0 if op == "==" else e != 0)
+        every = [r for r in itertools.product(range(13), repeat=2)
+                 if ops[quotient_op](r[0] // b - (r[1] + shift) // b - w) and ops[op](r[0] - r[1] + c)]
+        assert m.count() == len(every), (b, shift, quotient_op, w, op, c)
 
 
 def test_difference_reasoning_with_disjunctions_and_remainders_agrees_with_brute_force():
