@@ -65,19 +65,24 @@ edges per search)."""
 
 
 def _difference_edges(props: list, s: Store) -> tuple[list[tuple[int, int, int, int]],
-                                                      list[tuple[int, int, int, int]]]:
+                                                      list[tuple[int, int, int, int]],
+                                                      list[tuple[int, int, int, int, int]]]:
     """The two-variable Linear propagators a (x - y) + c (<= | == | !=) 0 as difference constraints: edges (y, x, w,
     k) for x - y <= w (an equality gives one each way), and (x, y, d, k) for x - y != d; k: the propagator. A
     remainder z = x % y whose divisor has one sign in `s` adds the bound it implies: z <= y - 1 (y > 0) or z >= y + 1
     (y < 0); and two quotients z1 = x1 // b, z2 = x2 // b by the same fixed b > 0 carry each edge between them over to
-    their dividends: z1 - z2 <= w gives x1 - x2 <= b w + b - 1 (x1 // 7 == x2 // 7 bounds x1 - x2 by 6)."""
-    edges, unequal = [], []
-    quotients = {}  # z -> (x, b) for z = x // b with b fixed and positive
+    their dividends: z1 - z2 <= w gives x1 - x2 <= b w + b - 1 (x1 // 7 == x2 // 7 bounds x1 - x2 by 6). Third,
+    congruences (x, y, d, b, k) for x - y = d (mod b): two remainders z1 = x1 % b, z2 = x2 % b by the same fixed b > 0
+    with z1 - z2 == d."""
+    edges, unequal, congruent = [], [], []
+    quotients, remainders = {}, {}  # z -> (x, b) for z = x // b, z = x % b with b fixed and positive
     for k, p in enumerate(props):
         if isinstance(p, FloorDiv) and s.lo[p.y] == s.hi[p.y] > 0:
             quotients[p.z] = (p.x, s.lo[p.y])
             continue
         if isinstance(p, Mod):
+            if s.lo[p.y] == s.hi[p.y] > 0:
+                remainders[p.z] = (p.x, s.lo[p.y])
             if s.lo[p.y] > 0:
                 edges.append((p.y, p.z, -1, k))  # z - y <= -1
             elif s.hi[p.y] < 0:
@@ -96,11 +101,14 @@ def _difference_edges(props: list, s: Store) -> tuple[list[tuple[int, int, int, 
         edges.append((y, x, -c // a, k))  # x - y <= floor(-c / a)
         if p.kind == EQ:
             edges.append((x, y, c // a, k))  # y - x <= floor(c / a)
+            if c % a == 0 and x in remainders and y in remainders and remainders[x][1] == remainders[y][1]:
+                b = remainders[x][1]
+                congruent.append((remainders[x][0], remainders[y][0], -c // a % b, b, k))
     for u, v, w, k in list(edges):
         if u in quotients and v in quotients and quotients[u][1] == quotients[v][1]:
             b = quotients[u][1]
             edges.append((quotients[u][0], quotients[v][0], b * w + b - 1, k))
-    return edges, unequal
+    return edges, unequal, congruent
 
 
 def _on_cycles(edges: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
@@ -133,28 +141,32 @@ def _shortest(nodes: set[int], edges: list[tuple[int, int, int, int]], source: i
 def contradictory_differences(props: list, s: Store) -> int | None:
     """A propagator of difference constraints (x - y <= w, ==, != from two-variable sums, and the bound a remainder
     puts below its divisor) that contradict each other: a cycle whose bounds sum below 0 (x < y, y < x; x % y == y),
-    or an x - y != d where they force x - y = d; else a disjunction each of whose disjuncts, compiled to such sums,
+    or an x - y != d where they force x - y = d, or an x - y = d (mod b) where they leave x - y no such value
+    (x % 1000 == y % 1000 with 1 <= x - y <= 999); else a disjunction each of whose disjuncts, compiled to such sums,
     contradicts them (x == y with any_of(x < y, y < x)); None where there is none, or the system is too large to
     look. Bounds propagation finds such a contradiction only by moving the bounds one step per round (x < y, y < x
     over [1, 2^30]: half an hour)."""
-    edges, unequal = _difference_edges(props, s)
-    found = _contradiction(edges, unequal)
+    edges, unequal, congruent = _difference_edges(props, s)
+    found = _contradiction(edges, unequal, congruent)
     if found is not None:
         return found
     for k, p in enumerate(props):
         if isinstance(p, AnyOf) and all(p.direct):
             alternatives = (_difference_edges(direct, s) for direct in p.direct)
-            if all(_contradiction(edges + more, unequal + other) is not None for more, other in alternatives):
+            if all(_contradiction(edges + more, unequal + other, congruent + other_congruent) is not None
+                   for more, other, other_congruent in alternatives):
                 return k
     return None
 
 
-def _contradiction(edges: list[tuple[int, int, int, int]], unequal: list[tuple[int, int, int, int]]) -> int | None:
-    """The propagator of an edge on a cycle of negative length, or of an x - y != d that the edges force to d (see
-    `contradictory_differences`); None where there is none or the system is too large to look."""
+def _contradiction(edges: list[tuple[int, int, int, int]], unequal: list[tuple[int, int, int, int]],
+                   congruent: list[tuple[int, int, int, int, int]]) -> int | None:
+    """The propagator of an edge on a cycle of negative length, of an x - y != d that the edges force to d, or of an
+    x - y = d (mod b) whose range under the edges holds no such value (see `contradictory_differences`); None where
+    there is none or the system is too large to look."""
     edges = _on_cycles(edges)  # a contradiction needs a cycle: x - y forced to d takes paths both ways too
     nodes = {u for u, _, _, _ in edges} | {v for _, v, _, _ in edges}
-    if not edges or len(nodes) * len(edges) * (1 + 2 * len(unequal)) > DIFFERENCE_WORK:
+    if not edges or len(nodes) * len(edges) * (1 + 2 * len(unequal) + 2 * len(congruent)) > DIFFERENCE_WORK:
         return None
     if _shortest(nodes, edges) is None:
         return edges[0][3]
@@ -162,6 +174,11 @@ def _contradiction(edges: list[tuple[int, int, int, int]], unequal: list[tuple[i
         if x in nodes and y in nodes:
             up, down = _shortest(nodes, edges, y).get(x), _shortest(nodes, edges, x).get(y)  # type: ignore[union-attr]
             if up == d and down == -d:  # x - y <= d and y - x <= -d
+                return k
+    for x, y, d, b, k in congruent:
+        if x in nodes and y in nodes:
+            up, down = _shortest(nodes, edges, y).get(x), _shortest(nodes, edges, x).get(y)  # type: ignore[union-attr]
+            if up is not None and down is not None and -down + (d + down) % b > up:  # none in [-down, up] is d mod b
                 return k
     return None
 

@@ -157,8 +157,11 @@ def test_conflicts_steer_branch_and_bound():
     lambda m, x, y, z: [m.any_of([x < y, y < z]), z <= x, y <= x, z <= y],
     lambda m, x, y, z: [x // 7 == y // 7, x >= y + 7],
     lambda m, x, y, z: [x // 7 <= (y + 3) // 7 - 2, x >= y - 4],
+    lambda m, x, y, z: [x % 1000 == y % 1000, x >= y + 1, x <= y + 999],
+    lambda m, x, y, z: [x % 1000 == z % 1000 + 3, x >= y + 4, y >= z, x <= z + 1002],
 ], ids=["two", "equal-unequal", "three", "scaled", "difference-unequal", "remainder-divisor", "negative-divisor",
-        "remainder-through-a-third", "disjunction", "disjunction-of-paths", "equal-quotients", "quotients-apart"])
+        "remainder-through-a-third", "disjunction", "disjunction-of-paths", "equal-quotients", "quotients-apart",
+        "equal-remainders", "remainders-through-a-path"])
 def test_contradictory_differences_are_refuted_at_once(build):
     # bounds propagation alone moves the bounds one step per round: half an hour over [1, 2^30]
     m = Model()
@@ -210,6 +213,28 @@ def test_difference_reasoning_through_quotients_agrees_with_brute_force():
         every = [r for r in itertools.product(range(13), repeat=2)
                  if ops[quotient_op](r[0] // b - (r[1] + shift) // b - w) and ops[op](r[0] - r[1] + c)]
         assert m.count() == len(every), (b, shift, quotient_op, w, op, c)
+
+
+def test_difference_reasoning_with_congruent_remainders_agrees_with_brute_force():
+    """x1 % b - x2 % b == d makes x1 - x2 = d (mod b), which the differences' bounds on x1 - x2 may leave no room."""
+    import itertools
+    import random
+
+    rng = random.Random(13)
+    ops = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
+    for _ in range(300):
+        m = Model()
+        xs = [m.int_var(0, 12, f"x{i}") for i in range(2)]
+        b, d = rng.randrange(1, 6), rng.randrange(-3, 4)
+        rows = [(rng.choice([1, -1]), rng.randrange(-14, 15), rng.choice(list(ops)))
+                for _ in range(rng.randrange(1, 3))]
+        m.add(xs[0] % b - xs[1] % b == d)
+        for a, c, op in rows:
+            e = a * (xs[0] - xs[1]) + c
+            m.add(e <= 0 if op == "<=" else e == 0 if op == "==" else e != 0)
+        every = [r for r in itertools.product(range(13), repeat=2)
+                 if r[0] % b - r[1] % b == d and all(ops[op](a * (r[0] - r[1]) + c) for a, c, op in rows)]
+        assert m.count() == len(every), (b, d, rows)
 
 
 def test_difference_reasoning_with_disjunctions_and_remainders_agrees_with_brute_force():
