@@ -193,48 +193,38 @@ def test_difference_reasoning_agrees_with_brute_force():
         assert m.count() == len(every), rows
 
 
-def test_difference_reasoning_through_quotients_agrees_with_brute_force():
-    """x1 // b, x2 // b related by a difference carry it to x1, x2 (z1 - z2 <= w: x1 - x2 <= b w + b - 1)."""
+QUOTIENT_OPS = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
+
+
+def _quotient_relation(rng):
+    """x1 // b - (x2 + shift) // b (<= | ==) w: the difference carried to x1 - x2 (<= b w + b - 1)."""
+    b, shift, op, w = rng.randrange(1, 6), rng.randrange(-2, 3), rng.choice(["<=", "=="]), rng.randrange(-2, 3)
+    return (lambda x1, x2: x1 // b - (x2 + shift) // b - w), op
+
+
+def _remainder_relation(rng):
+    """x1 % b - x2 % b == d: x1 - x2 = d (mod b), which the differences' bounds on x1 - x2 may leave no room."""
+    b, d = rng.randrange(1, 6), rng.randrange(-3, 4)
+    return (lambda x1, x2: x1 % b - x2 % b - d), "=="
+
+
+@pytest.mark.parametrize("relation", [_quotient_relation, _remainder_relation], ids=["quotients", "remainders"])
+def test_difference_reasoning_through_quotients_and_remainders_agrees_with_brute_force(relation):
     import itertools
     import random
 
     rng = random.Random(11)
-    ops = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
     for _ in range(300):
         m = Model()
         xs = [m.int_var(0, 12, f"x{i}") for i in range(2)]
-        b, shift = rng.randrange(1, 6), rng.randrange(-2, 3)
-        quotient_op, w = rng.choice(["<=", "=="]), rng.randrange(-2, 3)
-        op, c = rng.choice(list(ops)), rng.randrange(-14, 15)
-        z1, z2 = xs[0] // b, (xs[1] + shift) // b
-        m.add(z1 - z2 - w <= 0 if quotient_op == "<=" else z1 - z2 - w == 0)
-        e = xs[0] - xs[1] + c
-        m.add(e <= 0 if op == "<=" else e == 0 if op == "==" else e != 0)
-        every = [r for r in itertools.product(range(13), repeat=2)
-                 if ops[quotient_op](r[0] // b - (r[1] + shift) // b - w) and ops[op](r[0] - r[1] + c)]
-        assert m.count() == len(every), (b, shift, quotient_op, w, op, c)
-
-
-def test_difference_reasoning_with_congruent_remainders_agrees_with_brute_force():
-    """x1 % b - x2 % b == d makes x1 - x2 = d (mod b), which the differences' bounds on x1 - x2 may leave no room."""
-    import itertools
-    import random
-
-    rng = random.Random(13)
-    ops = {"<=": lambda v: v <= 0, "==": lambda v: v == 0, "!=": lambda v: v != 0}
-    for _ in range(300):
-        m = Model()
-        xs = [m.int_var(0, 12, f"x{i}") for i in range(2)]
-        b, d = rng.randrange(1, 6), rng.randrange(-3, 4)
-        rows = [(rng.choice([1, -1]), rng.randrange(-14, 15), rng.choice(list(ops)))
+        f, f_op = relation(rng)
+        rows = [(rng.choice([1, -1]), rng.randrange(-14, 15), rng.choice(list(QUOTIENT_OPS)))
                 for _ in range(rng.randrange(1, 3))]
-        m.add(xs[0] % b - xs[1] % b == d)
-        for a, c, op in rows:
-            e = a * (xs[0] - xs[1]) + c
+        for e, op in [(f(*xs), f_op)] + [(a * (xs[0] - xs[1]) + c, op) for a, c, op in rows]:
             m.add(e <= 0 if op == "<=" else e == 0 if op == "==" else e != 0)
         every = [r for r in itertools.product(range(13), repeat=2)
-                 if r[0] % b - r[1] % b == d and all(ops[op](a * (r[0] - r[1]) + c) for a, c, op in rows)]
-        assert m.count() == len(every), (b, d, rows)
+                 if QUOTIENT_OPS[f_op](f(*r)) and all(QUOTIENT_OPS[op](a * (r[0] - r[1]) + c) for a, c, op in rows)]
+        assert m.count() == len(every), rows
 
 
 def test_difference_reasoning_with_disjunctions_and_remainders_agrees_with_brute_force():
