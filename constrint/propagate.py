@@ -171,16 +171,22 @@ def _contradiction(edges: list[tuple[int, int, int, int]], unequal: list[tuple[i
     if _shortest(nodes, edges) is None:
         return edges[0][3]
     for x, y, d, k in unequal:
-        if x in nodes and y in nodes:
-            up, down = _shortest(nodes, edges, y).get(x), _shortest(nodes, edges, x).get(y)  # type: ignore[union-attr]
-            if up == d and down == -d:  # x - y <= d and y - x <= -d
-                return k
+        if _difference_range(nodes, edges, x, y) == (d, d):
+            return k
     for x, y, d, b, k in congruent:
-        if x in nodes and y in nodes:
-            up, down = _shortest(nodes, edges, y).get(x), _shortest(nodes, edges, x).get(y)  # type: ignore[union-attr]
-            if up is not None and down is not None and -down + (d + down) % b > up:  # none in [-down, up] is d mod b
-                return k
+        low, high = _difference_range(nodes, edges, x, y)
+        if low is not None and high is not None and low + (d - low) % b > high:  # none in [low, high] is d mod b
+            return k
     return None
+
+
+def _difference_range(nodes: set[int], edges: list[tuple[int, int, int, int]], x: int, y: int
+                      ) -> tuple[int | None, int | None]:
+    """The least and greatest x - y that the edges (no cycle of negative length) allow; None where unbounded."""
+    if x not in nodes or y not in nodes:
+        return None, None
+    up, down = _shortest(nodes, edges, y).get(x), _shortest(nodes, edges, x).get(y)  # type: ignore[union-attr]
+    return (None if down is None else -down), up
 
 
 class Linear:

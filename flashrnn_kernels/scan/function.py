@@ -7,9 +7,8 @@ cell's inputs and of h0.
 Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D, wanted
 gradients, paired forward) (the plans themselves are solved once per bucket of B and T), for split lanes the
 workspace reused per stream (no allocation and no memset: every published word carries the launch's epoch), and one
-launch. A launch
-captured into a CUDA graph takes a workspace zeroed ahead by an eager call and its epoch from the device
-(GraphWorkspaces).
+launch. A launch captured into a CUDA graph takes a workspace zeroed ahead by an eager call and its epoch from the
+device (GraphWorkspaces).
 """
 from __future__ import annotations
 
@@ -278,7 +277,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     if kernel_plan is not None and backward:
         kernel_plan = kernel_plan.for_gradients(wanted)
     run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index) if kernel_plan is not None
-           else _device_launch(cell, direction, x, wanted, paired and not backward))
+           else _device_launch(cell, direction, x, wanted, paired))
     access = run.access
     inputs = tuple(_aligned(t, access) for t in inputs)
     if h0 is not None:
