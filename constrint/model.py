@@ -14,6 +14,7 @@ from .errors import ConstrintError, Infeasible, TimeLimit, UnknownVariable
 from .explain import minimal_core
 from .expr import Expr, IntVar, Operand, evaluate, has_division, operand, variables
 from .flatten import Flattener
+from .dual_bound import dual_bounds
 from .propagate import objective_relaxations, seconds_left
 from .search import MAX, MIN, Search, root_fixpoint
 
@@ -189,7 +190,8 @@ class Model:
             self._check_owned(variables(expr, {}).values())
         flat = self._flatten(self._constraints)
         obj = flat.var_of(expr)
-        for relaxation in objective_relaxations(flat.props, obj, flat.n_user):
+        for relaxation in (dual_bounds(flat.props, obj, flat.n_user, sense)
+                           or objective_relaxations(flat.props, obj, flat.n_user)):
             flat.register(relaxation)
         best = None
         domains = self._domains()

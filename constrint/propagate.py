@@ -684,19 +684,28 @@ def _relaxed_max(order: FillOrder, r: int, s: Store) -> tuple[int | None, tuple[
     return None, None
 
 
+def objective_sum(props: list, z: int, n_user: int) -> tuple[Linear, dict[int, int], int] | None:
+    """(the == propagator, c, c0) where one defines objective variable z as sum(c x) + c0 over two or more of the
+    model's own variables, else None."""
+    definer = next((p for p in props if isinstance(p, Linear) and p.kind == EQ
+                    and any(x == z and k in (1, -1) for k, x in p.terms)
+                    and all(x < n_user for x in p.vars if x != z)), None)
+    if definer is None or len(definer.terms) < 3:
+        return None
+    unit = dict((x, k) for k, x in definer.terms)[z]  # unit z + sum(k x) + const = 0: z = -unit (sum(k x) + const)
+    return definer, {x: -unit * k for k, x in definer.terms if x != z}, -unit * definer.const
+
+
 def objective_relaxations(props: list, z: int, n_user: int) -> list[PairedRelaxation]:
     """PairedRelaxation of objective variable z, where an == propagator defines it as a sum of two or more of the
     model's own variables (z = sum(c x) + c0), with each linear constraint (<=, and == as two) over all of them (a
     knapsack's capacity). A constraint over some of them bounds z little, at the cost of the whole sum per run (a
     10 x 10 assignment's rows and columns made its optimisation 0.35 -> 11 s), and a sum of products (as the kernel
     plans minimise) gains nothing (its planning took 1.3x as long)."""
-    definer = next((p for p in props if isinstance(p, Linear) and p.kind == EQ
-                    and any(x == z and k in (1, -1) for k, x in p.terms)
-                    and all(x < n_user for x in p.vars if x != z)), None)
-    if definer is None or len(definer.terms) < 3:
+    found = objective_sum(props, z, n_user)
+    if found is None:
         return []
-    unit = dict((x, k) for k, x in definer.terms)[z]  # unit z + sum(k x) + const = 0: z = -unit (sum(k x) + const)
-    c = {x: -unit * k for k, x in definer.terms if x != z}
+    definer, c, c0 = found
     pairs = []
     for p in props:
         if p is not definer and isinstance(p, Linear) and p.kind != NE and z not in p.vars and c.keys() <= set(p.vars):
@@ -704,4 +713,4 @@ def objective_relaxations(props: list, z: int, n_user: int) -> list[PairedRelaxa
             pairs.append((terms, -p.const))
             if p.kind == EQ:
                 pairs.append(({x: -k for x, k in terms.items()}, p.const))
-    return [PairedRelaxation(z, c, -unit * definer.const, a, r) for a, r in pairs[:MAX_RELAXATIONS]]
+    return [PairedRelaxation(z, c, c0, a, r) for a, r in pairs[:MAX_RELAXATIONS]]

@@ -33,6 +33,7 @@ from .check import TOO_DEEP, constraint_fits, fits_int64
 from .constraints import Constraint
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
+from .dual_bound import DualBound
 from .propagate import PairedRelaxation, contradictory_differences, deadline_after, fixpoint
 from .store import Conflict, Store
 from .vector import BlockCheck, block_check, block_value
@@ -61,7 +62,7 @@ class Search:
         self.others = [i for i in branch if i not in chosen]
         self.order = [i for i, _ in self.prefer] + self.others  # this search's variables, preferred ones first
         self.objective = objective
-        self.relaxations = [p for p in props if isinstance(p, PairedRelaxation)] if objective is not None else []
+        self.relaxations = [p for p in props if isinstance(p, (PairedRelaxation, DualBound))] if objective is not None else []
         self.bound: int | None = None
         self.first_value: int | None = None  # objective of the first solution
         self.improvements = 0
