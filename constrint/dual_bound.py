@@ -5,14 +5,14 @@ For max c x under rows A x <= b (and E x == e) and the box lo <= x <= hi, every 
     c x <= u b + v e + sum_j max(d_j lo_j, d_j hi_j),   d = c - u A - v E   (the reduced costs),
 
 for every x of the box that meets the rows, integer or not. The best u, v are the duals of the linear program, which
-HiGHS (highspy) solves in floating point; they are then rounded to multiples of 1 / DUAL_SCALE (u rounded down, so
+HiGHS (through scipy) solves in floating point; they are then rounded to multiples of 1 / DUAL_SCALE (u rounded down, so
 still >= 0) and the bound is computed in integers, so it holds whatever the floating-point solve got wrong: a poor
 dual only gives a weaker bound. The same inequality narrows the variables (reduced-cost fixing): with the objective
 held to at least w by branch and bound, x_j can move at most (bound - w) / |d_j| away from its best end.
 
-Duals are solved at the first run (the root) and again every RESOLVE_EVERY runs, each over the box of its node
-(HiGHS's dual simplex from the previous basis); a box with no point of the relaxation is refuted by HiGHS's dual ray,
-checked in integers the same way. Every dual vector is valid everywhere, so a run takes the lesser bound of the root's
+Duals are solved at the first run (the root) and again every RESOLVE_EVERY runs, each over the box of its node; a box
+with no point of the relaxation is refuted by the duals of the program that minimises the rows' violations, checked in
+integers the same way. Every dual vector is valid everywhere, so a run takes the lesser bound of the root's
 and the latest.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .store import Conflict, Store
 
 DUAL_SCALE = 1 << 24
 MAX_LP_VARS = 2000  # larger relaxations are not built (a dense solve per node would cost more than it cuts)
+LP_BOUND = 10**15  # column bounds passed to HiGHS are clipped to +-LP_BOUND (past 2^53 floats lose integers)
 RESOLVE_EVERY = 4  # runs between solves of the linear program at a node
 
 
@@ -33,7 +34,8 @@ class DualBound:
     bound) through rows sum(a x) <= r (`rows`) and sum(a x) == r (`equalities`), and narrows each x from the bound
     that branch and bound holds z to."""
 
-    __slots__ = ("z", "sign", "c0", "xs", "c", "rows", "equalities", "vars", "duals", "runs", "point", "split", "program")
+    __slots__ = ("z", "sign", "c0", "xs", "c", "rows", "equalities", "vars", "duals", "runs", "point", "split",
+                 "program")
 
     def __init__(self, z: int, sign: int, c: dict[int, int], c0: int, rows: list[tuple[dict[int, int], int]],
                  equalities: list[tuple[dict[int, int], int]]) -> None:
@@ -91,62 +93,75 @@ class DualBound:
 
 
 class _Program:
-    """The linear program of a DualBound in HiGHS, built once; each solve changes the columns' bounds and starts
-    from the previous basis."""
+    """The linear program of a DualBound for scipy's HiGHS, its matrices built once; each solve takes the box of its
+    node."""
 
     def __init__(self, p: DualBound) -> None:
-        import highspy
         import numpy as np
 
-        self.np, self.highspy = np, highspy
+        self.np = np
         self.index = {x: j for j, x in enumerate(p.xs)}
-        rows = p.rows + p.equalities
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = len(p.xs), len(rows)
-        lp.col_cost_ = np.array([-float(k) for k in p.c])  # HiGHS minimises -c x
-        lp.col_lower_, lp.col_upper_ = np.zeros(len(p.xs)), np.zeros(len(p.xs))
-        lp.row_lower_ = np.array([-highspy.kHighsInf] * len(p.rows) + [float(r) for _, r in p.equalities])
-        lp.row_upper_ = np.array([float(r) for _, r in rows])
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        starts, cols, values = [0], [], []
-        for terms, _ in rows:
-            cols += [self.index[x] for x in terms]
-            values += [float(k) for k in terms.values()]
-            starts.append(len(cols))
-        lp.a_matrix_.start_, lp.a_matrix_.index_ = np.array(starts), np.array(cols)
-        lp.a_matrix_.value_ = np.array(values)
-        self.highs = highspy._Highs()  # the plain binding (exported): highspy.Highs logs a banner before options apply
-        self.highs.setOptionValue("output_flag", False)
-        self.highs.passModel(lp)
-        self.columns = np.arange(len(p.xs), dtype=np.int32)
+        n = len(p.xs)
+
+        def matrix(rows):
+            a = np.zeros((len(rows), n))
+            for i, (terms, _) in enumerate(rows):
+                for x, k in terms.items():
+                    a[i, self.index[x]] = k
+            return (a, np.array([float(r) for _, r in rows])) if rows else (None, None)
+
+        self.ub, self.eq = matrix(p.rows), matrix(p.equalities)
+        self.cost = np.array([-float(k) for k in p.c])  # HiGHS minimises -c x
 
     def solve(self, p: DualBound, s: Store) -> tuple[int, list[int]] | bool | None:
         """The duals over the box of `s` (scaled, rounded: DualBound's doc) and the optimum (p.point); False where the
-        box holds no point of the relaxation (proven with HiGHS's dual ray, in integers); None where neither."""
-        np, h = self.np, self.highs
-        h.changeColsBounds(len(p.xs), self.columns, np.array([float(s.lo[x]) for x in p.xs]),
-                           np.array([float(s.hi[x]) for x in p.xs]))
-        h.run()
-        status = h.getModelStatus()
-        if status == self.highspy.HighsModelStatus.kOptimal:
-            solution = h.getSolution()
-            p.point = list(solution.col_value)
-            return _dual(p, p.c, solution.row_dual, self.index)
-        if status == self.highspy.HighsModelStatus.kInfeasible:
-            _, found, ray = h.getDualRay()
-            if found:
-                zero = [0] * len(p.xs)
-                for sign in (-1, 1):  # a Farkas ray: u with u b + max over the box of -u A x < 0
-                    const, d = _dual(p, zero, [sign * r for r in ray], self.index)
-                    lo, hi = s.lo, s.hi
-                    if const + sum(dj * (hi[x] if dj > 0 else lo[x]) for dj, x in zip(d, p.xs)) < 0:
-                        return False
-        return None
+        box holds no point of the relaxation (an elastic program's duals prove it, in integers); None where
+        neither."""
+        from scipy.optimize import linprog
+
+        np = self.np
+        box = _box(np, [s.lo[x] for x in p.xs], [s.hi[x] for x in p.xs])
+        (a_ub, b_ub), (a_eq, b_eq) = self.ub, self.eq
+        result = linprog(self.cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=box, method="highs")
+        if result.status == 0:
+            p.point = list(result.x)
+            return _dual(p, p.c, _row_duals(result, a_ub, a_eq), self.index)
+        if result.status != 2:
+            return None
+        # infeasible: minimise the rows' violations; duals u with u b + max over the box of -u A x < 0 refute the box
+        m, e = len(p.rows), len(p.equalities)
+        zeros = np.zeros
+        elastic_ub = None if a_ub is None else np.hstack([a_ub, -np.eye(m), zeros((m, 2 * e))])
+        elastic_eq = None if a_eq is None else np.hstack([a_eq, zeros((e, m)), np.eye(e), -np.eye(e)])
+        bounds = np.vstack([box, np.tile([0.0, np.inf], (m + 2 * e, 1))])
+        cost = np.concatenate([zeros(len(p.xs)), np.ones(m + 2 * e)])
+        result = linprog(cost, A_ub=elastic_ub, b_ub=b_ub, A_eq=elastic_eq, b_eq=b_eq, bounds=bounds, method="highs")
+        if result.status != 0:
+            return None
+        const, d = _dual(p, [0] * len(p.xs), _row_duals(result, a_ub, a_eq), self.index)
+        lo, hi = s.lo, s.hi
+        return False if const + sum(dj * (hi[x] if dj > 0 else lo[x]) for dj, x in zip(d, p.xs)) < 0 else None
+
+
+def _row_duals(result, a_ub, a_eq) -> list[float]:
+    """A solve's duals of the <= rows, then of the == rows (HiGHS's signs: <= 0 on a binding <= row)."""
+    return [*(result.ineqlin.marginals if a_ub is not None else ()), *(result.eqlin.marginals if a_eq is not None
+                                                                       else ())]
+
+
+def _box(np, lo: list[int], hi: list[int]):
+    """[[lo, hi]] per column for HiGHS, clipped to +-LP_BOUND: it then solves over a smaller box, which only changes
+    the duals it finds (the bound is computed over the store's box)."""
+    try:
+        box = np.array([lo, hi], dtype=np.float64).T
+    except OverflowError:  # past the float range
+        box = np.array([[float(max(-LP_BOUND, min(LP_BOUND, v))) for v in side] for side in (lo, hi)]).T
+    return np.clip(box, -LP_BOUND, LP_BOUND)
 
 
 def _dual(p: DualBound, c: list[int], row_dual, index: dict[int, int]) -> tuple[int, list[int]]:
-    """(scaled u b + v e, scaled reduced costs c - u A - v E) for HiGHS's row duals of min -c x (u = -dual, rounded
-    down to a multiple of 1 / DUAL_SCALE and kept >= 0 on the <= rows; v = -dual rounded)."""
+    """(scaled u b + v e, scaled reduced costs c - u A - v E) for the row duals of min -c x (u = -dual, rounded down
+    to a multiple of 1 / DUAL_SCALE and kept >= 0 on the <= rows; v = -dual rounded)."""
     n = len(p.rows)
     weights = [floor(max(0.0, -y) * DUAL_SCALE) for y in row_dual[:n]] + [round(-y * DUAL_SCALE)
                                                                            for y in row_dual[n:]]

@@ -62,7 +62,8 @@ class Search:
         self.others = [i for i in branch if i not in chosen]
         self.order = [i for i, _ in self.prefer] + self.others  # this search's variables, preferred ones first
         self.objective = objective
-        self.relaxations = [p for p in props if isinstance(p, (PairedRelaxation, DualBound))] if objective is not None else []
+        self.relaxations = ([p for p in props if isinstance(p, (PairedRelaxation, DualBound))] if objective is not None
+                            else [])
         self.bound: int | None = None
         self.first_value: int | None = None  # objective of the first solution
         self.improvements = 0
