@@ -49,7 +49,8 @@ class DualBound:
         self.program: _Program | None = None  # made at the first run
         self.point: list[float] = []  # the latest solve's optimum, per x
         # search's branching hint, for a maximisation and a minimisation alike (PairedRelaxation's form): the free x
-        # the relaxation's optimum leaves farthest from a whole number, with whether its upper end is the nearer
+        # with a reduced cost of 0 that the latest optimum leaves farthest from a whole number (else any free x), with
+        # whether that optimum lies in the upper half of its domain
         self.split: tuple[tuple[int, bool] | None, tuple[int, bool] | None] = (None, None)
 
     def propagate(self, s: Store) -> None:
@@ -78,7 +79,7 @@ class DualBound:
         slack = g - DUAL_SCALE * held
         if slack < 0:
             raise Conflict
-        hint, farthest, point = None, -1.0, self.point
+        hint, farthest, point = None, -2.0, self.point
         for j, dj in enumerate(d):
             if dj > 0:
                 if his[j] - los[j] > slack // dj:
@@ -86,9 +87,10 @@ class DualBound:
             elif dj < 0:
                 if his[j] - los[j] > slack // -dj:
                     s.set_hi(xs[j], los[j] + slack // -dj)
-            elif los[j] != his[j] and abs(point[j] - round(point[j])) > farthest:
-                farthest = abs(point[j] - round(point[j]))
-                hint = (xs[j], point[j] - floor(point[j]) >= 0.5)
+            if los[j] != his[j]:
+                off = abs(point[j] - round(point[j])) if dj == 0 else -1.0
+                if off > farthest:
+                    hint, farthest = (xs[j], 2 * point[j] >= los[j] + his[j]), off
         self.split = (hint, hint)
 
 
