@@ -17,7 +17,7 @@ and the latest.
 """
 from __future__ import annotations
 
-from math import floor
+from math import floor, prod
 from operator import itemgetter, mul
 
 from .propagate import EQ, NE, Linear, objective_sum
@@ -25,6 +25,9 @@ from .store import Conflict, Store
 
 DUAL_SCALE = 1 << 24
 MAX_LP_VARS = 2000  # larger relaxations are not built (a dense solve per node would cost more than it cuts)
+MIN_LP_POINTS = 1 << 16  # nor smaller ones: a box of fewer points is searched faster than a solve per few nodes
+# costs (random knapsacks of three capacities on a 2-core EPYC: 1.7 against 0.6 ms at 4 to 12 items, 4.5 against
+# 6.7 at 16, 9.5 against 35 at 20), besides scipy's import on the first (0.4 s)
 LP_BOUND = 10**15  # column bounds passed to HiGHS are clipped to +-LP_BOUND (past 2^53 floats lose integers)
 RESOLVE_EVERY = 4  # runs between solves of the linear program at a node
 
@@ -177,10 +180,11 @@ def _dual(p: DualBound, c: list[int], row_dual, index: dict[int, int]) -> tuple[
     return const, d
 
 
-def dual_bounds(props: list, z: int, n_user: int, sense: str) -> list[DualBound]:
+def dual_bounds(props: list, z: int, n_user: int, sense: str, s: Store) -> list[DualBound]:
     """A DualBound of objective variable z where an == propagator defines it as a sum of two or more of the model's
     own variables (propagate.objective_sum) and two or more linear constraints (<=, ==) over the model's own variables
-    connect to it through shared variables: every such constraint is a row."""
+    connect to it through shared variables (every such constraint is a row), over a box of MIN_LP_POINTS points or
+    more (the domains of `s`) and at most MAX_LP_VARS variables."""
     found = objective_sum(props, z, n_user)
     if found is None:
         return []
@@ -195,7 +199,7 @@ def dual_bounds(props: list, z: int, n_user: int, sense: str) -> list[DualBound]
                 chosen.append(p)
                 reached.update(p.vars)
                 grown = True
-    if len(chosen) < 2 or len(reached) > MAX_LP_VARS:
+    if len(chosen) < 2 or len(reached) > MAX_LP_VARS or prod(s.size(x) for x in reached) < MIN_LP_POINTS:
         return []
     rows = [({x: k for k, x in p.terms}, -p.const) for p in chosen if p.kind != EQ]
     equalities = [({x: k for k, x in p.terms}, -p.const) for p in chosen if p.kind == EQ]

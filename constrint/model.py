@@ -190,7 +190,7 @@ class Model:
             self._check_owned(variables(expr, {}).values())
         flat = self._flatten(self._constraints)
         obj = flat.var_of(expr)
-        for relaxation in (dual_bounds(flat.props, obj, flat.n_user, sense)
+        for relaxation in (dual_bounds(flat.props, obj, flat.n_user, sense, flat.store)
                            or objective_relaxations(flat.props, obj, flat.n_user)):
             flat.register(relaxation)
         best = None
