@@ -12,8 +12,8 @@ held to at least w by branch and bound, x_j can move at most (bound - w) / |d_j|
 
 Duals are solved at the first run (the root) and again every RESOLVE_EVERY runs, each over the box of its node; a box
 with no point of the relaxation is refuted by the duals of the program that minimises the rows' violations, checked in
-integers the same way. Every dual vector is valid everywhere, so a run takes the lesser bound of the root's
-and the latest.
+integers the same way. Every dual vector is valid everywhere, so a run takes the lesser bound of the root's and the
+latest. Search branches first on what the latest optimum leaves fractional (DualBound.split), toward its value.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ MIN_LP_POINTS = 1 << 16  # nor smaller ones: a box of fewer points is searched f
 # costs (random knapsacks of three capacities on a 2-core EPYC: 1.7 against 0.6 ms at 4 to 12 items, 4.5 against
 # 6.7 at 16, 9.5 against 35 at 20), besides scipy's import on the first (0.4 s)
 LP_BOUND = 10**15  # column bounds passed to HiGHS are clipped to +-LP_BOUND (past 2^53 floats lose integers)
-RESOLVE_EVERY = 4  # runs between solves of the linear program at a node
+RESOLVE_EVERY = 4  # runs between solves of the linear program (a 20 x 20 assignment: 0.3 s at 4, past 60 s at 16;
+# knapsacks of three and five capacities 1.1-1.4x as long at 1 as at 4)
 
 
 class DualBound:
