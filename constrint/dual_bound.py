@@ -26,11 +26,11 @@ from .store import Conflict, Store
 DUAL_SCALE = 1 << 24
 MAX_LP_VARS = 2000  # larger relaxations are not built (a dense solve per node would cost more than it cuts)
 MIN_LP_POINTS = 1 << 16  # nor smaller ones: a box of fewer points is searched faster than a solve per few nodes
-# costs (random knapsacks of three capacities on a 2-core EPYC: 1.7 against 0.6 ms at 4 to 12 items, 4.5 against
-# 6.7 at 16, 9.5 against 35 at 20), besides scipy's import on the first (0.4 s)
+# costs (random knapsacks of three capacities on a 2-core EPYC: 1.8-2.3 against 0.6-1.1 ms at 4 to 12 items, 3.5
+# against 4.9 at 16, 7.2 against 35 at 20), besides scipy's import on the first (0.3-0.4 s)
 LP_BOUND = 10**15  # column bounds passed to HiGHS are clipped to +-LP_BOUND (past 2^53 floats lose integers)
-RESOLVE_EVERY = 4  # runs between solves of the linear program (a 20 x 20 assignment: 0.3 s at 4, past 60 s at 16;
-# knapsacks of three and five capacities 1.1-1.4x as long at 1 as at 4)
+RESOLVE_EVERY = 8  # runs between solves of the linear program (random knapsacks of 100 items and five capacities:
+# 1.15 s at 8, 2.3 s at 1, 1.6 s at 64; of 200 items, 2.9 s at 4 or 8, 5.2 s at 64; assignments level)
 
 
 class DualBound:
