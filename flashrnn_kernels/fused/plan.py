@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import constrint
 import hwmodels
 from constrint import Infeasible, Model, Solution
 
@@ -23,8 +24,15 @@ from .problem import FusedProblem, dtype_name
 VERSION = "fused-11"
 """Bumped whenever the kernels' layout changes: old disk-cached plans are then ignored."""
 
-_MODEL_DIGEST = hashlib.sha256(Path(tiling.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
-"""The constraint model, cost model and solve order's source: any edit to them also retires the disk-cached plans."""
+
+def model_sources() -> list[Path]:
+    """The files a plan depends on besides the problem and the GPU: the constraint model, cost model and solve order,
+    and the solver's own source (a change of its search may pick another of equally good tilings)."""
+    return [Path(tiling.__file__), Path(__file__), *sorted(Path(constrint.__file__).parent.glob("*.py"))]
+
+
+_MODEL_DIGEST = hashlib.sha256(b"".join(path.read_bytes() for path in model_sources())).hexdigest()
+"""Their digest: any edit to them retires the disk-cached plans."""
 
 _memory: dict[str, KernelPlan] = {}
 

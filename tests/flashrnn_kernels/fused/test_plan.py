@@ -161,6 +161,12 @@ def test_plan_is_cached_in_memory_and_on_disk(tmp_path):
     assert plan("lstm", 16, 12, 64, "bf16", gpu="H200") == first
 
 
+def test_cached_plans_depend_on_the_tiling_model_and_the_solver():
+    names = {(path.parent.name, path.name) for path in plan_module.model_sources()}
+    assert {("fused", "tiling.py"), ("fused", "plan.py"), ("constrint", "search.py"),
+            ("constrint", "dual_bound.py")} <= names
+
+
 def test_editing_the_tiling_model_retires_cached_plans(tmp_path, monkeypatch):
     plan("lstm", 16, 12, 64, "bf16", gpu="H200")
     monkeypatch.setattr(plan_module, "_MODEL_DIGEST", "another model")
