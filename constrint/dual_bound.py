@@ -1,4 +1,4 @@
-"""A bound on a linear objective from the linear relaxation of several constraints together (Lagrangian duality).
+"""A bound on a linear objective from the linear relaxation of its constraints together (Lagrangian duality).
 
 For max c x under rows A x <= b (and E x == e) and the box lo <= x <= hi, every u >= 0 (and any v) gives
 
@@ -183,9 +183,10 @@ def _dual(p: DualBound, c: list[int], row_dual, index: dict[int, int]) -> tuple[
 
 def dual_bounds(props: list, z: int, n_user: int, sense: str, s: Store) -> list[DualBound]:
     """A DualBound of objective variable z where an == propagator defines it as a sum of two or more of the model's
-    own variables (propagate.objective_sum) and two or more linear constraints (<=, ==) over the model's own variables
-    connect to it through shared variables (every such constraint is a row), over a box of MIN_LP_POINTS points or
-    more (the domains of `s`) and at most MAX_LP_VARS variables."""
+    own variables (propagate.objective_sum) and linear constraints (<=, ==) over the model's own variables connect to
+    it through shared variables (every such constraint is a row), over a box of MIN_LP_POINTS points or more (the
+    domains of `s`) and at most MAX_LP_VARS variables. One row is enough: PairedRelaxation bounds the objective as
+    well there, but fixes no variable (a 40-item knapsack 7.6 ms with the reduced costs' fixing, 17.7 without)."""
     found = objective_sum(props, z, n_user)
     if found is None:
         return []
@@ -200,7 +201,7 @@ def dual_bounds(props: list, z: int, n_user: int, sense: str, s: Store) -> list[
                 chosen.append(p)
                 reached.update(p.vars)
                 grown = True
-    if len(chosen) < 2 or len(reached) > MAX_LP_VARS or prod(s.size(x) for x in reached) < MIN_LP_POINTS:
+    if not chosen or len(reached) > MAX_LP_VARS or prod(s.size(x) for x in reached) < MIN_LP_POINTS:
         return []
     rows = [({x: k for k, x in p.terms}, -p.const) for p in chosen if p.kind != EQ]
     equalities = [({x: k for k, x in p.terms}, -p.const) for p in chosen if p.kind == EQ]
