@@ -10,11 +10,11 @@ from .check import verifier
 from .components import count_parts, independent_parts, solve_parts
 from .constraints import AllDifferent, AnyOf, Constraint, Divides
 from .domain import Domain, check_int
+from .dual_bound import dual_bounds
 from .errors import ConstrintError, Infeasible, TimeLimit, UnknownVariable
 from .explain import minimal_core
 from .expr import Expr, IntVar, Operand, evaluate, has_division, operand, variables
 from .flatten import Flattener
-from .dual_bound import dual_bounds
 from .propagate import objective_relaxations, seconds_left
 from .search import MAX, MIN, Search, root_fixpoint
 

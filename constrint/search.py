@@ -31,9 +31,9 @@ import numpy as np
 
 from .check import TOO_DEEP, constraint_fits, fits_int64
 from .constraints import Constraint
+from .dual_bound import DualBound
 from .errors import SolverBug, TimeLimit
 from .expr import Operand
-from .dual_bound import DualBound
 from .propagate import PairedRelaxation, contradictory_differences, deadline_after, fixpoint
 from .store import Conflict, Store
 from .vector import BlockCheck, block_check, block_value
