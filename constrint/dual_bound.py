@@ -20,6 +20,8 @@ from __future__ import annotations
 from math import floor, prod
 from operator import itemgetter, mul
 
+import numpy as np
+
 from .propagate import EQ, NE, Linear, objective_sum
 from .store import Conflict, Store
 
@@ -103,9 +105,6 @@ class _Program:
     node."""
 
     def __init__(self, p: DualBound) -> None:
-        import numpy as np
-
-        self.np = np
         self.index = {x: j for j, x in enumerate(p.xs)}
         n = len(p.xs)
 
@@ -123,10 +122,9 @@ class _Program:
         """The duals over the box of `s` (scaled, rounded: DualBound's doc) and the optimum (p.point); False where the
         box holds no point of the relaxation (an elastic program's duals prove it, in integers); None where
         neither."""
-        from scipy.optimize import linprog
+        from scipy.optimize import linprog  # here: its import takes 0.3-0.4 s, which small models need not pay
 
-        np = self.np
-        box = _box(np, [s.lo[x] for x in p.xs], [s.hi[x] for x in p.xs])
+        box = _box([s.lo[x] for x in p.xs], [s.hi[x] for x in p.xs])
         (a_ub, b_ub), (a_eq, b_eq) = self.ub, self.eq
         result = linprog(self.cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=box, method="highs")
         if result.status == 0:
@@ -155,7 +153,7 @@ def _row_duals(result, a_ub, a_eq) -> list[float]:
                                                                        else ())]
 
 
-def _box(np, lo: list[int], hi: list[int]):
+def _box(lo: list[int], hi: list[int]) -> np.ndarray:
     """[[lo, hi]] per column for HiGHS, clipped to +-LP_BOUND: it then solves over a smaller box, which only changes
     the duals it finds (the bound is computed over the store's box)."""
     try:
