@@ -102,7 +102,8 @@ class DualBound:
 
 class _Program:
     """The linear program of a DualBound for scipy's HiGHS, its matrices built once; each solve takes the box of its
-    node."""
+    node. (highspy would keep the basis between solves, but its library and OR-Tools' clash in one process: whichever
+    is imported second fails to load.)"""
 
     def __init__(self, p: DualBound) -> None:
         self.index = {x: j for j, x in enumerate(p.xs)}
