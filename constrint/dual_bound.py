@@ -181,15 +181,16 @@ def _dual(p: DualBound, c: list[int], row_dual, index: dict[int, int]) -> tuple[
 
 
 def dual_bounds(props: list, z: int, n_user: int, sense: str, s: Store) -> list[DualBound]:
-    """A DualBound of objective variable z where an == propagator defines it as a sum of two or more of the model's
-    own variables (propagate.objective_sum) and linear constraints (<=, ==) over the model's own variables connect to
+    """A DualBound of objective variable z where z is one of the model's own variables (as a max-min objective's: t
+    <= each sum) or an == propagator defines it as a sum of two or more of them (propagate.objective_sum), and linear
+    constraints (<=, ==) over the model's own variables connect to
     it through shared variables (every such constraint is a row), over a box of MIN_LP_POINTS points or more (the
     domains of `s`) and at most MAX_LP_VARS variables. One row is enough: PairedRelaxation bounds the objective as
     well there, but fixes no variable (a 40-item knapsack 7.6 ms with the reduced costs' fixing, 17.7 without)."""
     found = objective_sum(props, z, n_user)
-    if found is None:
+    if found is None and z >= n_user:
         return []
-    definer, c, c0 = found
+    definer, c, c0 = found or (None, {z: 1}, 0)  # a sum, or one of the model's own variables
     linear = [p for p in props if p is not definer and isinstance(p, Linear) and p.kind != NE
               and all(x < n_user for x in p.vars)]
     reached, chosen, grown = set(c), [], True
