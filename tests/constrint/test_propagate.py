@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from constrint import Model, TimeLimit
+from constrint import Infeasible, Model, TimeLimit
 from constrint import propagate as P
 from constrint.domain import divisors
 from constrint.store import Conflict, Store
@@ -109,11 +109,13 @@ def test_propagation_that_shrinks_a_huge_domain_a_unit_at_a_time_keeps_the_time_
     z = m.int_var(0, 1, "z")  # a three-variable sum: not the difference constraints the root refutes at once
     m.add(x < y)
     m.add(y < x + z)
-    with finishes_within(10):
+    with finishes_within(10):  # (an objective over a product: a linear one gets the relaxation, which refutes it)
         for run in (lambda: m.solve(time_limit=0.3), lambda: m.count(time_limit=0.3),
-                    lambda: m.minimize(x, time_limit=0.3)):
+                    lambda: m.minimize(x * z, time_limit=0.3)):
             with pytest.raises(TimeLimit, match="propagation stopped"):
                 run()
+    with finishes_within(10), pytest.raises(Infeasible):  # x < y < x + z with z <= 1: no rational point either
+        m.minimize(x, time_limit=5)
 
 
 def test_relaxation_of_one_constraint_is_its_fractional_optimum():
