@@ -73,8 +73,7 @@ class DualBound:
             return
         lo, hi, xs = s.lo, s.hi, self.xs
         los, his = [lo[x] for x in xs], [hi[x] for x in xs]
-        g, d = min(((const + sum(map(max, map(mul, d, los), map(mul, d, his))), d) for const, d in self.duals),
-                   key=itemgetter(0))
+        g, d = min(((_bound(const, d, los, his), d) for const, d in self.duals), key=itemgetter(0))
         top = g // DUAL_SCALE  # max of sign * (z - c0)
         if self.sign > 0:
             s.set_hi(self.z, self.c0 + top)
@@ -144,14 +143,18 @@ class _Program:
         if result.status != 0:
             return None
         const, d = _dual(p, [0] * len(p.xs), _row_duals(result, a_ub, a_eq), self.index)
-        lo, hi = s.lo, s.hi
-        return False if const + sum(dj * (hi[x] if dj > 0 else lo[x]) for dj, x in zip(d, p.xs)) < 0 else None
+        return False if _bound(const, d, [s.lo[x] for x in p.xs], [s.hi[x] for x in p.xs]) < 0 else None
+
+
+def _bound(const: int, d: list[int], los: list[int], his: list[int]) -> int:
+    """const + sum_j max(d_j lo_j, d_j hi_j): the scaled bound of a dual (`_dual`) over the box [los, his]."""
+    return const + sum(map(max, map(mul, d, los), map(mul, d, his)))
 
 
 def _row_duals(result, a_ub, a_eq) -> list[float]:
     """A solve's duals of the <= rows, then of the == rows (HiGHS's signs: <= 0 on a binding <= row)."""
-    return [*(result.ineqlin.marginals if a_ub is not None else ()), *(result.eqlin.marginals if a_eq is not None
-                                                                       else ())]
+    ub = result.ineqlin.marginals if a_ub is not None else ()
+    return [*ub, *(result.eqlin.marginals if a_eq is not None else ())]
 
 
 def _box(lo: list[int], hi: list[int]) -> np.ndarray:
@@ -183,21 +186,22 @@ def _dual(p: DualBound, c: list[int], row_dual, index: dict[int, int]) -> tuple[
 def dual_bounds(props: list, z: int, n_user: int, sense: str, s: Store) -> list[DualBound]:
     """A DualBound of objective variable z where z is one of the model's own variables (as a max-min objective's: t
     <= each sum) or an == propagator defines it as a sum of two or more of them (propagate.objective_sum), and linear
-    constraints (<=, ==) over the model's own variables connect to
-    it through shared variables (every such constraint is a row), over a box of MIN_LP_POINTS points or more (the
-    domains of `s`) and at most MAX_LP_VARS variables. One row is enough: PairedRelaxation bounds the objective as
-    well there, but fixes no variable (a 40-item knapsack 7.6 ms with the reduced costs' fixing, 17.7 without)."""
+    constraints (<=, ==) over the model's own variables connect to it through shared variables (every such constraint
+    is a row), over a box of MIN_LP_POINTS points or more (the domains of `s`) and at most MAX_LP_VARS variables. One
+    row is enough: PairedRelaxation bounds the objective as well there, but fixes no variable (a 40-item knapsack 7.6
+    ms with the reduced costs' fixing, 17.7 without)."""
     found = objective_sum(props, z, n_user)
     if found is None and z >= n_user:
         return []
     definer, c, c0 = found or (None, {z: 1}, 0)  # a sum, or one of the model's own variables
     linear = [p for p in props if p is not definer and isinstance(p, Linear) and p.kind != NE
               and all(x < n_user for x in p.vars)]
-    reached, chosen, grown = set(c), [], True
-    while grown:
+    reached, chosen, taken, grown = set(c), [], set(), True
+    while grown:  # the constraints connected to the objective's variables through shared ones
         grown = False
-        for p in linear:
-            if p not in chosen and reached.intersection(p.vars):
+        for k, p in enumerate(linear):
+            if k not in taken and reached.intersection(p.vars):
+                taken.add(k)
                 chosen.append(p)
                 reached.update(p.vars)
                 grown = True

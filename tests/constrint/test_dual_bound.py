@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from constrint import Model
 from constrint.dual_bound import DualBound
+from constrint.flatten import Flattener
 from constrint.store import Conflict, Store
 
 
@@ -20,6 +21,13 @@ def _store(boxes):
         s.new_var(lo, hi)
     s.queued[:] = []
     return s
+
+
+def _flattened(m: Model) -> Flattener:
+    flat = Flattener(list(m.variables.values()))
+    for c in m.constraints:
+        flat.add(c)
+    return flat
 
 
 def test_root_bound_is_the_floor_of_the_relaxation_optimum():
@@ -121,7 +129,6 @@ def test_optima_through_the_relaxation_agree_with_brute_force():
 
     from constrint.dual_bound import MIN_LP_POINTS, dual_bounds
     from constrint.errors import Infeasible
-    from constrint.flatten import Flattener
 
     rng = random.Random(5)
     for _ in range(40):
@@ -142,9 +149,7 @@ def test_optima_through_the_relaxation_agree_with_brute_force():
             keep &= (lhs <= rhs) if op == "<=" else (lhs == rhs)
         values = grid[keep] @ np.array(weights) - 3
         for sense, optimise in (("min", m.minimize), ("max", m.maximize)):
-            flat = Flattener(list(m.variables.values()))
-            for c in m.constraints:
-                flat.add(c)
+            flat = _flattened(m)
             assert dual_bounds(flat.props, flat.var_of(objective), flat.n_user, sense, flat.store)
             if not len(values):
                 with pytest.raises(Infeasible):
@@ -160,7 +165,6 @@ def test_a_max_min_objective_is_bounded_through_its_sums():
     import numpy as np
 
     from constrint.dual_bound import dual_bounds
-    from constrint.flatten import Flattener
 
     rng = random.Random(3)
     n = 16
@@ -172,9 +176,7 @@ def test_a_max_min_objective_is_bounded_through_its_sums():
     m.add(sum(w * x for w, x in zip(weights, xs)) <= sum(weights) // 3)
     for row in values:
         m.add(t <= sum(v * x for v, x in zip(row, xs)))
-    flat = Flattener(list(m.variables.values()))
-    for c in m.constraints:
-        flat.add(c)
+    flat = _flattened(m)
     assert dual_bounds(flat.props, flat.var_of(t), flat.n_user, "max", flat.store)
     subsets = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
     fits = subsets @ np.array(weights) <= sum(weights) // 3
