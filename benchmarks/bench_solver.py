@@ -3,7 +3,8 @@
 Rows: (1) enumerate every tile configuration of a GEMM (8 variables); (2) count n-queens solutions; (3) a
 70-variable fused-kernel tile model: the first solution under lexicographic preferences, and proofs of infeasibility
 for two variants; (4) proven optima (python-constraint2 does not optimise): a 0/1 knapsack of 40 items, one of 60
-items and three capacities, a 15 x 15 assignment, a max-min selection of 40 items. Each model is one text in
+items and three capacities, a 15 x 15 assignment, a max-min selection of 40 items, and a knapsack and a covering of
+100 strongly correlated items (value or cost = weight + 100; three rows). Each model is one text in
 constrint's python dialect (the files under benchmarks/models/, the other texts are generated): constrint parses it;
 python-constraint2 gets its declared domains and its constraint texts, which are Python expressions it compiles
 itself; CP-SAT gets a translation of the same texts (products, quotients and remainders through auxiliary
@@ -379,6 +380,17 @@ def multi_knapsack_text(n: int, capacities: int, seed: int) -> tuple[str, str]:
     return "\n".join(lines), " + ".join(f"{rng.randint(5, 60)} * k{i}" for i in range(n))
 
 
+def correlated_text(n: int, rows: int, seed: int, cover: bool = False) -> tuple[str, str]:
+    """Strongly correlated 0/1 items (weights 100-1000 per row, value or cost = first weight + 100): a knapsack (each
+    row at most half its sum) or, with `cover`, a covering (each row at least half its sum)."""
+    rng = random.Random(seed)
+    weights = [[rng.randint(100, 1000) for _ in range(n)] for _ in range(rows)]
+    lines = [f"k{i} in [0..1]" for i in range(n)]
+    lines += [" + ".join(f"{w} * k{i}" for i, w in enumerate(row)) + (" >= " if cover else " <= ") + str(sum(row) // 2)
+              for row in weights]
+    return "\n".join(lines), " + ".join(f"{w + 100} * k{i}" for i, w in enumerate(weights[0]))
+
+
 def assignment_text(n: int, seed: int) -> tuple[str, str]:
     """An n x n assignment (each row and each column of 0/1 variables sums to 1) and its cost (1-100 per cell)."""
     rng = random.Random(seed)
@@ -425,6 +437,10 @@ def optimum_rows(repeat: int) -> list[dict]:
                     "max", repeat),
         optimum_row("assignment, 15 x 15: prove the least cost", *assignment_text(15, 2), "min", repeat),
         optimum_row("max-min, 40 items, 2 sums: prove the greatest least sum", *max_min_text(40, 2, 1), "max", repeat),
+        optimum_row("strongly correlated knapsack, 100 items, 3 capacities: prove the maximum value",
+                    *correlated_text(100, 3, 1), "max", repeat),
+        optimum_row("strongly correlated covering, 100 items, 3 rows: prove the least cost",
+                    *correlated_text(100, 3, 1, cover=True), "min", repeat),
     ]
 
 

@@ -136,6 +136,9 @@ class Search:
         """A solution of objective `value`: require better ones, and bisect when progress is slow."""
         _, sense, _ = self.objective  # type: ignore[misc]
         self.bound = value - 1 if sense == MIN else value + 1
+        for relaxation in self.relaxations:
+            if isinstance(relaxation, DualBound):
+                relaxation.seek(self.bound)
         if self.first_value is None:
             self.first_value = value
         self.improvements += 1

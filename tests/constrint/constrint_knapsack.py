@@ -1,7 +1,7 @@
-"""A strongly correlated 0/1 knapsack with three capacities (100 items, each value its first weight + 100) whose
-optimum takes this solver far longer than the time-limit tests wait (past 30 s, where one of the same size with
-values drawn apart from the weights takes 0.6 s with the objective's linear relaxation), while improving solutions
-come at once: text in the python dialect."""
+"""Strongly correlated 0/1 knapsacks (100 items, each value its first weight + 100) in the python dialect. With three
+capacities (seed 1) the relaxation's cuts prove the optimum in about 0.1 s (past 30 s without them; CP-SAT 0.09 s);
+`hard_knapsack`, with five (seed 5), takes this solver far longer than the time-limit tests wait (not proven in 30 s),
+while improving solutions come at once."""
 from __future__ import annotations
 
 import random
@@ -26,13 +26,16 @@ class Knapsack:
                    for row, capacity in zip(self.weights, self.capacities))
 
 
-def hard_knapsack() -> Knapsack:
-    rng = random.Random(1)
-    weights = [[rng.randint(100, 1000) for _ in range(ITEMS)] for _ in range(3)]
-    capacities = [sum(row) // 2 for row in weights]
+def correlated_knapsack(capacities: int, seed: int) -> Knapsack:
+    rng = random.Random(seed)
+    weights = [[rng.randint(100, 1000) for _ in range(ITEMS)] for _ in range(capacities)]
+    limits = [sum(row) // 2 for row in weights]
     values = [w + 100 for w in weights[0]]
     lines = [f"k{i} in [0..1]" for i in range(ITEMS)]
-    lines += [" + ".join(f"{w} * k{i}" for i, w in enumerate(row)) + f" <= {capacity}"
-              for row, capacity in zip(weights, capacities)]
-    return Knapsack("\n".join(lines), " + ".join(f"{v} * k{i}" for i, v in enumerate(values)), weights, capacities,
-                    values)
+    lines += [" + ".join(f"{w} * k{i}" for i, w in enumerate(row)) + f" <= {limit}"
+              for row, limit in zip(weights, limits)]
+    return Knapsack("\n".join(lines), " + ".join(f"{v} * k{i}" for i, v in enumerate(values)), weights, limits, values)
+
+
+def hard_knapsack() -> Knapsack:
+    return correlated_knapsack(capacities=5, seed=5)
