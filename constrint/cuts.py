@@ -7,12 +7,13 @@ a' = p d + s (0 <= s < d),
     sum((p (d - f) + max(0, s - f)) y) <= q (d - f)
 
 holds at every integer y >= 0: the MIR inequality of sum(a' y / d) <= r' / d, times d - f. Rows aggregated: each row
-alone (an equality in both directions), each added to the objective's cutoff row (sum(-c x) <= -w: true of every
-solution branch and bound still looks for, those reaching w), and the cutoff row times k plus the rows times their
-duals times k rounded to integers (k = 1, 2, 4). Divisors: the coefficients of variables the point leaves strictly
-inside their bounds, each also halved up to three times. A strongly correlated knapsack (values = weights + 100) shows
-what they do: the cutoff row plus the capacity row is -100 times the number of items taken <= capacity - w, and its
-MIR with d = 100 is the rounded-up least number of items, which the other capacities may refute at once.
+alone (an equality in both directions; earlier cuts too), each of the model's rows added to the objective's cutoff row
+(sum(-c x) <= -w: true of every solution branch and bound still looks for, those reaching w), and the cutoff row times k
+plus all rows times their duals times k rounded to integers (k = 1, 2, 4). Divisors: the coefficients of variables the
+point leaves strictly inside their bounds, each also halved up to three times. A strongly correlated knapsack (values =
+weights + 100) shows what they do: the cutoff row plus the capacity row is -100 times the number of items taken <=
+capacity - w, and its MIR with d = 100 is the rounded-up least number of items, which the other capacities may refute at
+once.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ MIN_EFFICACY = 1e-4  # a cut's violation at the point over its norm (in the vari
 def mir_cuts(rows: np.ndarray, rhs: list[int], base: int, cutoff: tuple[np.ndarray, int], duals: list[float],
              lo: list[int], hi: list[int], point: np.ndarray, count: int) -> list[tuple[list[int], int]]:
     """Up to `count` MIR cuts (coefficients per variable, right-hand side) of `rows` (int64, one per row, rows[i] x <=
-    rhs[i]; an equality comes twice, negated) and the `cutoff` row that `point` violates most, by efficacy, distinct.
+    rhs[i]; an equality comes twice, negated; rows from `base` on are earlier cuts) and the `cutoff` row that `point`
+    violates most, by efficacy, distinct.
     `duals` >= 0 per row (where both directions of an equality have duals, give their parts). Every cut holds at every
     integer point of the box [lo, hi] that meets the rows and the cutoff row."""
     c_row, c_rhs = cutoff
@@ -70,7 +72,7 @@ def mir_cuts(rows: np.ndarray, rhs: list[int], base: int, cutoff: tuple[np.ndarr
     found: dict[tuple[tuple[int, ...], int], None] = {}
     for _, over_y, limit in sorted(best, key=itemgetter(0), reverse=True):
         cut = _in_x(over_y.tolist(), limit, upper, lo, hi)
-        if cut is not None:
+        if cut is not None and max(map(abs, cut[0])) < MAX_MAGNITUDE:  # cuts of cuts stay inside int64 too
             found[cut] = None
             if len(found) == count:
                 break
