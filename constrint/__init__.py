@@ -1,4 +1,5 @@
-"""constrint: a pure-Python integer constraint solver with divisibility propagation.
+"""constrint: an integer constraint solver in Python (numpy; scipy's HiGHS for linear relaxations) with divisibility
+propagation.
 
 Usage::
 
