@@ -54,7 +54,7 @@ def mir_cuts(rows: np.ndarray, rhs: list[int], base: int, cutoff: tuple[np.ndarr
     a = np.where(upper, -alpha, alpha)
     b = [r - v for r, v in zip(right, alpha.astype(object) @ ends)]
     divisors = _divisors(np.where(inside & (a != 0), np.abs(a), 0))
-    step = max(1, (1 << 22) // (divisors.shape[1] * len(point) + 1))  # aggregates per chunk of the 3-d arrays
+    step = max(1, (1 << 20) // (divisors.shape[1] * len(point) + 1))  # aggregates per chunk of the 3-d arrays (8 MB)
     best = []  # (efficacy, cut over y, its right-hand side): the best few per chunk
     for i in range(0, len(a), step):
         d = divisors[i:i + step]
