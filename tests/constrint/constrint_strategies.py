@@ -13,6 +13,13 @@ CMPS = ["==", "!=", "<=", "<", ">=", ">"]
 
 
 @st.composite
+def boxes(draw, least: int) -> list[tuple[int, int]]:
+    """One to four integer boxes (lo, hi), lo in [least, 2], each 1 to 5 values wide."""
+    return [(lo, lo + w) for lo, w in draw(st.lists(st.tuples(st.integers(least, 2), st.integers(0, 4)),
+                                                       min_size=1, max_size=4))]
+
+
+@st.composite
 def expressions(draw, variables, depth=2):
     if depth == 0 or draw(st.integers(0, 2)) == 0:
         return draw(st.sampled_from(variables)) if draw(st.booleans()) else draw(st.integers(-3, 5))

@@ -16,6 +16,7 @@ from constrint.dual_bound import DualBound
 from constrint.store import Conflict, Store
 from constrint.textformat import parse, parse_expression
 from constrint_knapsack import correlated_knapsack
+from constrint_strategies import boxes as small_boxes
 
 
 def _points(boxes, rows, c, held):
@@ -27,10 +28,8 @@ def _points(boxes, rows, c, held):
 @settings(max_examples=400, deadline=None)
 @given(st.data())
 def test_every_cut_keeps_the_integer_points_of_the_rows_and_the_cutoff(data):
-    n = data.draw(st.integers(1, 4))
-    boxes = [data.draw(st.tuples(st.integers(-3, 2), st.integers(0, 4))) for _ in range(n)]
-    boxes = [(lo, lo + w) for lo, w in boxes]
-    coef = st.integers(-9, 9)
+    boxes = data.draw(small_boxes(-3))
+    n, coef = len(boxes), st.integers(-9, 9)
     rows = [([data.draw(coef) for _ in range(n)], data.draw(st.integers(-20, 20)))
             for _ in range(data.draw(st.integers(1, 3)))]
     if data.draw(st.booleans()):  # an equality: the row and its negation

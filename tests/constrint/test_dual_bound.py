@@ -13,6 +13,7 @@ from constrint import Model
 from constrint.dual_bound import DualBound
 from constrint.flatten import Flattener
 from constrint.store import Conflict, Store
+from constrint_strategies import boxes as small_boxes
 
 
 def _store(boxes):
@@ -63,10 +64,8 @@ def test_a_box_without_a_point_of_the_relaxation_is_refuted():
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_bound_and_fixing_keep_every_integer_point_that_reaches_the_held_objective(data):
-    n = data.draw(st.integers(1, 4))
-    boxes = [data.draw(st.tuples(st.integers(-4, 2), st.integers(0, 4))) for _ in range(n)]
-    boxes = [(lo, lo + w) for lo, w in boxes]
-    coef = st.integers(-4, 4)
+    boxes = data.draw(small_boxes(-4))
+    n, coef = len(boxes), st.integers(-4, 4)
     rows = [({x: data.draw(coef) for x in range(n)}, data.draw(st.integers(-10, 10)))
             for _ in range(data.draw(st.integers(0, 3)))]
     equalities = [({x: data.draw(coef) for x in range(n)}, data.draw(st.integers(-6, 6)))
