@@ -16,9 +16,9 @@ integers the same way. Search branches first on what the latest optimum leaves f
 value.
 
 Once branch and bound has a solution and seeks sum(c x) >= w (DualBound.seek), the relaxation over the root's box is
-tightened by MIR cuts (constrint.cuts) that may use that cutoff (so hold only where the objective reaches w), a round of
-cuts every so many runs, until the relaxation has no point of objective w: then no box has one, which its duals prove
-in integers as above, and every later run fails at once. The nodes' own solves leave the cuts out (on knapsacks whose
+tightened by MIR cuts (constrint.cuts) that may use that cutoff (so hold only where the objective reaches w), in rounds
+(CUT_ROUNDS) until the relaxation has no point of objective w: then no box has one, which its duals prove in integers
+as above, and every later run fails at once. The nodes' own solves leave the cuts out (on knapsacks whose
 values are not tied to a weight they cost more per solve than they prune).
 """
 from __future__ import annotations
