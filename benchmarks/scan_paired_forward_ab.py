@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import statistics
 
 import torch
 
 import common
-from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan
-
-scan_plan = importlib.import_module("flashrnn_kernels.scan.plan")  # the package's `plan` is the function
+from flashrnn_kernels.runtime.device import device_gpu
+from flashrnn_kernels.scan.function import device_plan, run_scan
+from flashrnn_kernels.scan.plan import carry_plan
 
 PROBLEMS = [((1, 65536, 64), torch.float32), ((4, 16384, 64), torch.float32), ((2, 16384, 128), torch.float32),
             ((1, 16384, 256), torch.float32), ((8, 4096, 128), torch.float32), ((1, 65536, 128), torch.bfloat16),
@@ -39,9 +38,8 @@ def _describe(p) -> str:
 def _chained(p, shape: str):
     """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps)."""
     threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
-    given = {"carry": scan_plan.CARRIES.index("chained"), "threads_d": threads_d, "threads_t": threads_t,
-             "steps": steps, "vec": p.vec}
-    return scan_plan._plan(p.problem, _device_gpu(0), scan_plan._solve(p.problem, _device_gpu(0), given))
+    return carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
+                      vec=p.vec)
 
 
 def _pair(p, a, b, dy):

@@ -677,11 +677,13 @@ def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, sol: dict) -> ScanPlan:
                     regs_estimate=register_cap(gpu, threads, blocks), estimate_ns=sol["time_ns"])
 
 
-def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> ScanPlan:
-    """The best plan with the given carry mode, one of CARRIES (benchmarks and tests compare them)."""
+def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str, **pins: int) -> ScanPlan:
+    """The best plan with the given carry mode, one of CARRIES, and the model's variables in `pins` fixed (block
+    shapes: threads_d, threads_t, vec, steps, stages): benchmarks and tests compare them. Raises constrint.Infeasible
+    where nothing fits."""
     if carry not in CARRIES:
         raise ValueError(f"carry must be one of {CARRIES}, got {carry!r}")
-    return _plan(problem, gpu, _solve(problem, gpu, {"carry": CARRIES.index(carry)}))
+    return _plan(problem, gpu, _solve(problem, gpu, {**pins, "carry": CARRIES.index(carry)}))
 
 
 def kernel_plan_for_carry(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str) -> ScanPlan:

@@ -104,6 +104,10 @@ def test_segments_per_carry_mode():
     chained = carry_plan(problem, gpu, "chained")
     lanes, chunks = chained.d_tiles(64), chained.chunks(65536)
     assert chained.segments(lanes, chunks) == chunks
+    shape = (8, 32, 8) if (chained.threads_t, chained.steps) != (32, 8) else (8, 16, 16)  # another block shape
+    pinned = carry_plan(problem, gpu, "chained", threads_d=shape[0], threads_t=shape[1], steps=shape[2])
+    assert (pinned.carry, pinned.threads_d, pinned.threads_t, pinned.steps) == ("chained", *shape) != (
+        chained.carry, chained.threads_d, chained.threads_t, chained.steps)
     short = plan(ScanProblem.for_shape("min_gru", 8, 256, 1536, "bfloat16"), gpu)
     assert short.carry == "whole" and short.segments(8 * short.d_tiles(1536), short.chunks(256)) == 1
     assert 8 * short.d_tiles(1536) >= gpu.sm_count
