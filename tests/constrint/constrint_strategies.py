@@ -7,9 +7,19 @@ from hypothesis import strategies as st
 
 from constrint import Model
 from constrint.expr import Undefined, evaluate
+from constrint.store import Store
 
 OPS = ["+", "-", "*", "//", "%", "**"]
 CMPS = ["==", "!=", "<=", "<", ">=", ">"]
+
+
+def store_of(boxes: list[tuple[int, int]]) -> Store:
+    """A store of one variable per box (lo, hi), nothing queued (as a propagator finds it)."""
+    s = Store()
+    for lo, hi in boxes:
+        s.new_var(lo, hi)
+    s.queued[:] = []
+    return s
 
 
 @st.composite

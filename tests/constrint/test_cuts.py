@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from constrint import Model
 from constrint.cuts import mir_cuts
 from constrint.dual_bound import DualBound
-from constrint.store import Conflict, Store
+from constrint.store import Conflict
 from constrint.textformat import parse, parse_expression
 from constrint_knapsack import correlated_knapsack
 from constrint_strategies import boxes as small_boxes
+from constrint_strategies import store_of
 
 
 def _points(boxes, rows, c, held):
@@ -71,11 +72,7 @@ def test_cuts_keep_every_point_that_reaches_the_sought_objective():
         for sign in (1, -1):
             best = max((sign * v for v in values), default=0)
             for sought in (sign * best, sign * (best + 1)):  # z >= sought (maximum) or z <= sought (minimum)
-                s = Store()
-                for lo, hi in boxes:
-                    s.new_var(lo, hi)
-                s.new_var(*((sought, 1000) if sign > 0 else (-1000, sought)))
-                s.queued[:] = []
+                s = store_of(boxes + [(sought, 1000) if sign > 0 else (-1000, sought)])
                 bound = DualBound(n, sign, dict(enumerate(c)), c0,
                                   [(dict(enumerate(map(int, a))), r) for a, r in rows], [])
                 bound.seek(sought)
@@ -103,11 +100,7 @@ def test_a_floating_point_verdict_alone_refutes_nothing(monkeypatch):
         return SimpleNamespace(status=2, fun=0.0), *self.ub
 
     monkeypatch.setattr(dual_bound._Program, "optimum", wrong)
-    s = Store()
-    for _ in range(3):
-        s.new_var(0, 1)
-    s.new_var(-100, 100)
-    s.queued[:] = []
+    s = store_of([(0, 1)] * 3 + [(-100, 100)])
     bound = DualBound(3, 1, {0: 3, 1: 2, 2: 2}, 0, [({0: 2, 1: 2, 2: 1}, 3)], [])  # best: x0 + x2, 5
     bound.seek(5)
     s.set_lo(3, 5)

@@ -12,16 +12,9 @@ from hypothesis import strategies as st
 from constrint import Model
 from constrint.dual_bound import DualBound
 from constrint.flatten import Flattener
-from constrint.store import Conflict, Store
+from constrint.store import Conflict
 from constrint_strategies import boxes as small_boxes
-
-
-def _store(boxes):
-    s = Store()
-    for lo, hi in boxes:
-        s.new_var(lo, hi)
-    s.queued[:] = []
-    return s
+from constrint_strategies import store_of
 
 
 def _flattened(m: Model) -> Flattener:
@@ -33,10 +26,10 @@ def _flattened(m: Model) -> Flattener:
 
 def test_root_bound_is_the_floor_of_the_relaxation_optimum():
     # max 3 x + 2 y + 1 with x + y <= 4, x + 3 y <= 5 over [0, 3]^2: x = 3, y = 2 / 3, 10 1/3 + 1
-    s = _store([(0, 3), (0, 3), (-100, 100)])
+    s = store_of([(0, 3), (0, 3), (-100, 100)])
     DualBound(2, 1, {0: 3, 1: 2}, 1, [({0: 1, 1: 1}, 4), ({0: 1, 1: 3}, 5)], []).propagate(s)
     assert s.hi[2] == 11
-    s = _store([(0, 3), (0, 3), (-100, 100)])  # the least of 3 x + 2 y + 1 with x + y == 3 and y <= 2: x = 1, y = 2
+    s = store_of([(0, 3), (0, 3), (-100, 100)])  # the least of 3 x + 2 y + 1 with x + y == 3 and y <= 2: x = 1, y = 2
     DualBound(2, -1, {0: 3, 1: 2}, 1, [({1: 1}, 2)], [({0: 1, 1: 1}, 3)]).propagate(s)
     assert s.lo[2] == 8
 
@@ -47,16 +40,16 @@ def test_reduced_costs_fix_what_cannot_reach_the_held_objective():
     # bound, the first two items must be in and the last out; x2 is left to search
     weights = {0: 5, 1: 5, 2: 2, 3: 5}
     bound = DualBound(4, 1, {0: 10, 1: 9, 2: 1, 3: 1}, 0, [(weights, 11), (dict(weights), 11)], [])
-    s = _store([(0, 1)] * 4 + [(19, 100)])
+    s = store_of([(0, 1)] * 4 + [(19, 100)])
     bound.propagate(s)
     assert (s.lo, s.hi) == ([1, 1, 0, 0, 19], [1, 1, 1, 0, 19])
-    s = _store([(0, 1)] * 4 + [(20, 100)])  # 20 is out of reach: refuted
+    s = store_of([(0, 1)] * 4 + [(20, 100)])  # 20 is out of reach: refuted
     with pytest.raises(Conflict):
         bound.propagate(s)
 
 
 def test_a_box_without_a_point_of_the_relaxation_is_refuted():
-    s = _store([(0, 3), (0, 3), (-100, 100)])  # x + y >= 7 (as -x - y <= -7) beside x <= 3, y <= 3
+    s = store_of([(0, 3), (0, 3), (-100, 100)])  # x + y >= 7 (as -x - y <= -7) beside x <= 3, y <= 3
     with pytest.raises(Conflict):
         DualBound(2, 1, {0: 1, 1: 1}, 0, [({0: -1, 1: -1}, -7), ({0: 1}, 3)], []).propagate(s)
 
@@ -73,7 +66,7 @@ def test_bound_and_fixing_keep_every_integer_point_that_reaches_the_held_objecti
     c, c0 = {x: data.draw(coef) for x in range(n)}, data.draw(st.integers(-5, 5))
     sign = data.draw(st.sampled_from([1, -1]))
     held = data.draw(st.integers(-40, 40))  # branch and bound's bound: z >= held (maximum) or z <= held (minimum)
-    s = _store(boxes + [(held, 100) if sign > 0 else (-100, held)])
+    s = store_of(boxes + [(held, 100) if sign > 0 else (-100, held)])
     points = [p for p in itertools.product(*(range(lo, hi + 1) for lo, hi in boxes))
               if all(sum(a[x] * v for x, v in enumerate(p)) <= r for a, r in rows)
               and all(sum(a[x] * v for x, v in enumerate(p)) == r for a, r in equalities)]
