@@ -142,9 +142,10 @@ class DualBound:
             return
         self.rounds += 1
         lo, hi = program.root
-        result, a_ub, b_ub = program.optimum(lo, hi, self.cuts)
+        solved = program.optimum(lo, hi, self.cuts)
+        result = solved[0]
         if result.status != 0 or -result.fun < held:  # no optimum, or one short of held: proven in integers?
-            dual = program.solve(self, lo, hi, self.cuts)
+            dual = program.duals(self, lo, hi, self.cuts, *solved)
             if dual is False or (dual is not None and _bound(*dual, lo, hi) < DUAL_SCALE * held):
                 self.refuted = held if self.refuted is None else min(self.refuted, held)
             self.stalled = held
@@ -156,7 +157,7 @@ class DualBound:
             self.stalled = held
             return
         if self.cuts:  # the cuts the optimum leaves slack are dropped (knapsacks of 100 items: 0.9x the time)
-            slack = (b_ub - a_ub @ result.x)[len(a_ub) - len(self.cuts):]
+            slack = result.slack[len(result.slack) - len(self.cuts):]
             self.cuts = [cut for cut, gap in zip(self.cuts, slack) if gap <= 1e-6 * (1 + abs(cut[1]))]
         self.cuts = (self.cuts + found)[-MAX_CUTS:]
 
@@ -218,13 +219,17 @@ class _Program:
             rhs = rhs + [r for _, r in cuts]
         return rows, rhs, weights
 
-    def solve(self, p: DualBound, lo: list[int], hi: list[int], cuts: list = ()) -> tuple[int, list[int]] | bool | None:
-        """The duals over the box [lo, hi] (scaled, rounded: DualBound's doc), the optimum kept as `point`; False where
-        the box holds no point of the relaxation (an elastic program's duals prove it, in integers); None where
-        neither."""
+    def solve(self, p: DualBound, lo: list[int], hi: list[int]) -> tuple[int, list[int]] | bool | None:
+        """The duals over the box [lo, hi] (`duals`)."""
+        return self.duals(p, lo, hi, (), *self.optimum(lo, hi, ()))
+
+    def duals(self, p: DualBound, lo: list[int], hi: list[int], cuts: list, result, a_ub, b_ub
+              ) -> tuple[int, list[int]] | bool | None:
+        """The duals of `result` (from `optimum` over the box [lo, hi] with `cuts`; scaled, rounded: DualBound's doc),
+        the optimum kept as `point`; False where the box holds no point of the relaxation (an elastic program's duals
+        prove it, in integers); None where neither."""
         from scipy.optimize import linprog
 
-        result, a_ub, b_ub = self.optimum(lo, hi, cuts)
         rows = p.rows + [([(j, k) for j, k in enumerate(a) if k], r) for a, r in cuts]
         a_eq, b_eq = self.eq
         if result.status == 0:
