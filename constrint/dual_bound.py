@@ -54,7 +54,7 @@ class DualBound:
     that branch and bound holds z to."""
 
     __slots__ = ("z", "sign", "c0", "xs", "c", "rows", "equalities", "vars", "duals", "runs", "point", "split",
-                 "program", "cuts", "sought", "stalled", "refuted", "rounds", "solves")
+                 "program", "cuts", "sought", "stalled", "refuted", "rounds", "solves", "cut_point")
 
     def __init__(self, z: int, sign: int, c: dict[int, int], c0: int, rows: list[tuple[dict[int, int], int]],
                  equalities: list[tuple[dict[int, int], int]]) -> None:
@@ -78,6 +78,7 @@ class DualBound:
         self.stalled: int | None = None  # the value of `sought` at which a round found no cut
         self.refuted: int | None = None  # a value of sum(c x) proven out of reach over the root's box (so everywhere)
         self.rounds = self.solves = 0
+        self.cut_point: dict[int, float] = {}  # the latest cut round's optimum, per variable (guides neighbourhoods)
 
     def propagate(self, s: Store) -> None:
         lo, hi, xs = s.lo, s.hi, self.xs
@@ -150,6 +151,7 @@ class DualBound:
                 self.refuted = held if self.refuted is None else min(self.refuted, held)
             self.stalled = held
             return
+        self.cut_point = {x: v for x, v in zip(self.xs, result.x)}
         rows, rhs, duals = program.integer_rows(result, self.cuts)
         found = mir_cuts(rows, rhs, len(rhs) - len(self.cuts), (-program.int_c, -held), duals, lo, hi, result.x,
                          CUTS_PER_ROUND)

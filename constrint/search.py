@@ -15,6 +15,14 @@ first), so that even a huge objective range that improves one unit at a time tak
 again when BISECT_GIVE_UP nodes pass without an improvement: an objective whose bound prunes nothing (a weak
 relaxation) makes every refuted half cost the whole tree, so plain branch and bound is faster there.
 
+Branch and bound through a linear relaxation (DualBound) that has gone NEIGHBOURHOOD_AFTER nodes without improving
+searches a neighbourhood of its latest solution (Search._neighbourhood: most variables fixed to their values there,
+those the relaxation puts elsewhere free) for a few nodes, never taking more nodes in such searches than it takes
+itself: on strongly correlated knapsacks of five capacities it had found no optimum in 30 s where such neighbourhoods
+find it in about a second. What is proven is unchanged: branch and bound still covers the whole search space, with
+the better bound. (Neighbourhoods chosen at random helped one of four such knapsacks and slowed another, and made the
+searches of the kernels' tile models 1.09x as long.)
+
 Every leaf is passed to `verify` (a check against the original constraints) before it is yielded. Near the
 leaves, once the unfixed user variables span at most `block_rows` combinations, the block is enumerated at
 once with numpy against the declared domains and every original constraint (when every subexpression fits in
@@ -23,6 +31,7 @@ Rows come in the same lexicographic order (preferred variables first, by directi
 """
 from __future__ import annotations
 
+import random
 import time
 from itertools import chain, repeat
 from typing import Callable, Iterator, Sequence
@@ -43,6 +52,9 @@ SPLIT_MIN, SPLIT_MAX = "split-min", "split-max"  # domain bisection, lower / upp
 BISECT_PATIENCE = 4  # improving solutions before the rate of progress is judged
 BISECT_RATIO = 256  # then bisect the objective if the range left exceeds this many times the progress so far
 BISECT_GIVE_UP = 2048  # nodes without an improvement after which bisection stops (the bound is not propagating)
+NEIGHBOURHOOD_AFTER = 256  # nodes without an improvement before a neighbourhood search (Search._neighbourhood)
+NEIGHBOURHOOD_NODES = 256  # nodes of one neighbourhood search
+NEIGHBOURHOOD_FREE = 0.25, 0.05  # share of the decided variables a neighbourhood frees at first, and at least
 
 
 class Search:
@@ -84,6 +96,13 @@ class Search:
         self.conflicts = 0
         self._blamed: dict[int, tuple[int, ...]] = {}  # propagator -> the user variables it is built from
         self._definer: dict[int, int] | None = None  # auxiliary variable -> the propagator defining it
+        self.node_limit: int | None = None  # a neighbourhood search stops after this many nodes
+        self.best: int | None = None  # the objective of the latest solution
+        self.incumbent: tuple[int, ...] | None = None  # that solution
+        self.root: Store | None = None  # the root's domains (branch and bound with neighbourhood searches)
+        self.neighbourhood_at = 0  # node count before which no neighbourhood search starts
+        self.free_share = NEIGHBOURHOOD_FREE[0]
+        self.random = random.Random(0)
 
     def _propagate(self) -> bool:
         s = self.store
@@ -135,6 +154,7 @@ class Search:
     def _improved(self, value: int) -> None:
         """A solution of objective `value`: require better ones, and bisect when progress is slow."""
         _, sense, _ = self.objective  # type: ignore[misc]
+        self.best = value
         self.bound = value - 1 if sense == MIN else value + 1
         for relaxation in self.relaxations:
             if isinstance(relaxation, DualBound):
@@ -202,24 +222,33 @@ class Search:
         s = self.store
         if root and not root_fixpoint(s, self.props, self.deadline):
             return
-        # bounds only shrink below this point: what fits in int64 here fits at every node
-        self.fit_everywhere = self.block_rows > 0 and self._fits()
-        if self.block_rows:  # compiled for the root bounds, which hold at every node below
-            try:
-                self.check = block_check(self.constraints, s.lo, s.hi)
-                if self.objective is not None:
-                    self.objective_value = block_value(self.objective[2], s.lo, s.hi)
-            except TOO_DEEP:  # Python cannot compile expressions nested this deeply: branch down to the leaves
-                self.block_rows = 0
+        if self.check is None:  # a neighbourhood search takes its parent's
+            # bounds only shrink below this point: what fits in int64 here fits at every node
+            self.fit_everywhere = self.block_rows > 0 and self._fits()
+            if self.block_rows:  # compiled for the root bounds, which hold at every node below
+                try:
+                    self.check = block_check(self.constraints, s.lo, s.hi)
+                    if self.objective is not None:
+                        self.objective_value = block_value(self.objective[2], s.lo, s.hi)
+                except TOO_DEEP:  # Python cannot compile expressions nested this deeply: branch down to the leaves
+                    self.block_rows = 0
         if self.objective is not None:
             obj, sense, _ = self.objective
             self.objective_limit = s.lo[obj] if sense == MIN else s.hi[obj]
+            if self.node_limit is None and any(isinstance(p, DualBound) for p in self.relaxations):
+                self.root = s.copy()  # neighbourhoods guided by the relaxation
         stack: list[tuple[int, int, int, str]] = []
         lo = s.lo
         while True:
             rows = self._block() if self.block_rows else None
             var, direction = (-1, MIN) if rows is not None else self._choose()
             if var >= 0:
+                if self.node_limit is not None and self.nodes >= self.node_limit:
+                    return
+                if (self.incumbent is not None and self.root is not None and self.nodes >= self.neighbourhood_at
+                        and self.nodes - self.improved_at >= NEIGHBOURHOOD_AFTER):
+                    # the bound it may raise holds from the propagation after this branch on
+                    yield from self._neighbourhood()
                 self.nodes += 1
                 if self.deadline is not None and not self.nodes & 127 and time.perf_counter() > self.deadline:
                     raise TimeLimit(f"search stopped at its time limit after {self.nodes} nodes")
@@ -239,15 +268,17 @@ class Search:
                         continue
             elif rows is not None:
                 if rows.size:
+                    if self.objective is not None:  # one row, the block's best
+                        self.incumbent = next(rows.rows())
                     yield rows
             else:
                 values = tuple(lo[: self.n_user])
                 if self.verify is not None:
                     self.verify(values)
-                yield values
                 if self.objective is not None:
-                    obj, sense, _ = self.objective
-                    self._improved(lo[obj])
+                    self.incumbent = values
+                    self._improved(lo[self.objective[0]])
+                yield values
             while stack:  # backtrack: undo the latest choice and take its alternative
                 mark, var, v, direction = stack.pop()
                 s.undo(mark)
@@ -259,6 +290,45 @@ class Search:
                     break
             else:
                 return
+
+    def _neighbourhood(self) -> Iterator["tuple[int, ...] | Block"]:
+        """Large neighbourhood search: branch and bound over the root's domains with the decided variables fixed to the
+        incumbent's values but for a share of them, for at most NEIGHBOURHOOD_NODES nodes; yields what it finds (each
+        better than the incumbent) and holds this search to it. Freed first are the variables whose values the latest
+        optimum of the relaxation with cuts (DualBound.cut_point) differs from the incumbent's in, then others at
+        random. The share grows while such searches end before their limit (too small a neighbourhood) and shrinks
+        while they reach it."""
+        root = self.root
+        decided = [i for i in self.order if root.lo[i] != root.hi[i]]  # type: ignore[union-attr]
+        size = max(1, round(self.free_share * len(decided)))
+        # first those the relaxation's latest optimum with cuts puts elsewhere (relaxation induced), then at random
+        point = next((p.cut_point for p in self.relaxations if isinstance(p, DualBound) and p.cut_point), {})
+        away = [i for i in decided if i in point and abs(point[i] - self.incumbent[i]) > 1e-6]  # type: ignore[index]
+        free = set(self.random.sample(away, size) if len(away) > size else away)
+        free.update(self.random.sample([i for i in decided if i not in free], size - len(free)))
+        store = root.copy()  # type: ignore[union-attr]
+        for i in decided:
+            if i not in free:
+                store.fix(i, self.incumbent[i])  # type: ignore[index]  # within the root's domains: no conflict
+        obj, sense, _ = self.objective  # type: ignore[misc]
+        try:  # the root's propagation does not apply the bound (_propagate does)
+            store.set_hi(obj, self.bound) if sense == MIN else store.set_lo(obj, self.bound)  # type: ignore[arg-type]
+        except Conflict:  # the bound lies past the objective's root domain: branch and bound ends soon
+            self.neighbourhood_at = self.nodes + NEIGHBOURHOOD_NODES
+            return
+        sub = Search(store, self.props, self.n_user, self.prefer, self.objective, constraints=self.constraints,
+                     block_rows=self.block_rows, verify=self.verify, domains=self.domains)
+        sub.deadline, sub.node_limit, sub.weight = self.deadline, NEIGHBOURHOOD_NODES, self.weight
+        sub.fit_everywhere, sub.check, sub.objective_value = self.fit_everywhere, self.check, self.objective_value
+        for found in sub._walk(root=True):
+            self.incumbent = sub.incumbent
+            self._improved(sub.best)  # type: ignore[arg-type]
+            yield found
+        if sub.nodes < NEIGHBOURHOOD_NODES:
+            self.free_share = min(1.0, 1.25 * self.free_share)
+        else:
+            self.free_share = max(NEIGHBOURHOOD_FREE[1], self.free_share / 1.25)
+        self.neighbourhood_at = self.nodes + max(1, sub.nodes)
 
     def _fits(self) -> bool:
         """True when every subexpression of the constraints and objective fits in int64 at the current bounds."""
