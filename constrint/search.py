@@ -318,7 +318,9 @@ class Search:
             return
         sub = Search(store, self.props, self.n_user, self.prefer, self.objective, constraints=self.constraints,
                      block_rows=self.block_rows, verify=self.verify, domains=self.domains)
+        # the bound too: the blocks' rows are checked against it, not against the objective's domain
         sub.deadline, sub.node_limit, sub.weight = self.deadline, NEIGHBOURHOOD_NODES, self.weight
+        sub.bound = self.bound
         sub.fit_everywhere, sub.check, sub.objective_value = self.fit_everywhere, self.check, self.objective_value
         for found in sub._walk(root=True):
             self.incumbent = sub.incumbent

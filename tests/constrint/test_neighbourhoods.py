@@ -8,7 +8,7 @@ import pytest
 
 import constrint.model as model_module
 import constrint.search as search_module
-from constrint import Infeasible, Model
+from constrint import Infeasible, Model, TimeLimit
 from constrint.textformat import parse, parse_expression
 
 from constrint_knapsack import correlated_knapsack
@@ -37,11 +37,14 @@ def neighbourhoods(monkeypatch):
     return counts
 
 
-def test_optima_through_relaxation_guided_neighbourhoods_agree_with_brute_force(neighbourhoods, monkeypatch):
+@pytest.mark.parametrize("block_rows, least_runs", [(0, 100), (64, 8)])
+def test_optima_through_relaxation_guided_neighbourhoods_agree_with_brute_force(neighbourhoods, monkeypatch,
+                                                                                 block_rows, least_runs):
     """Models of linear rows (half with a product too) over boxes large enough for the relaxation (so its cut rounds
     pick what a neighbourhood frees), neighbourhoods of two nodes from the first node on, every leaf reached by
-    branching (no blocks): the optimum is still the best point of the box."""
-    monkeypatch.setattr(model_module, "BLOCK_ROWS", 0)
+    branching or blocks of at most 64 rows enumerated near the leaves: the optimum is still the best point of the
+    box."""
+    monkeypatch.setattr(model_module, "BLOCK_ROWS", block_rows)
     rng = random.Random(11)
     grid = np.stack(np.meshgrid(*[np.arange(-8, 9)] * 4, indexing="ij"), -1).reshape(-1, 4)
     for _ in range(30):
@@ -66,7 +69,7 @@ def test_optima_through_relaxation_guided_neighbourhoods_agree_with_brute_force(
                 continue
             expected = values.min() if sense == "min" else values.max()
             assert optimise(objective).objective == expected, (rows, weights, sense)
-    assert neighbourhoods["runs"] > 100 and neighbourhoods["improved"] > 10
+    assert neighbourhoods["runs"] > least_runs and neighbourhoods["improved"] > 0
 
 
 def test_a_neighbourhood_finds_the_optimum_of_a_correlated_knapsack(monkeypatch):
@@ -87,3 +90,23 @@ def test_a_neighbourhood_finds_the_optimum_of_a_correlated_knapsack(monkeypatch)
     best = m.maximize(parse_expression(knapsack.objective, m), time_limit=30)
     assert best.objective == 32111 == knapsack.value(best) and knapsack.fits(best)  # CP-SAT's optimum
     assert found_by and found_by[-1] == 32111
+
+
+def test_neighbourhoods_with_blocks_only_improve(neighbourhoods, monkeypatch):
+    """A five-capacity correlated knapsack for two seconds, neighbourhoods of 64 nodes whose leaves are blocks of up
+    to BLOCK_ROWS rows: every solution they yield beats the one before (the fixture checks it), and the best found at
+    the time limit is the best yielded."""
+    monkeypatch.setattr(search_module, "NEIGHBOURHOOD_NODES", 64)
+    knapsack = correlated_knapsack(capacities=5, seed=6)
+    m = parse(knapsack.text)
+    values = []
+    improved = search_module.Search._improved
+
+    def spy(self, value):
+        values.append(value)
+        improved(self, value)
+
+    monkeypatch.setattr(search_module.Search, "_improved", spy)
+    with pytest.raises(TimeLimit) as info:
+        m.maximize(parse_expression(knapsack.objective, m), time_limit=2)
+    assert neighbourhoods["runs"] > 3 and info.value.best.objective == max(values)
