@@ -441,6 +441,8 @@ def optimum_rows(repeat: int) -> list[dict]:
                     *correlated_text(100, 3, 1), "max", repeat),
         optimum_row("strongly correlated covering, 100 items, 3 rows: prove the least cost",
                     *correlated_text(100, 3, 1, cover=True), "min", repeat),
+        optimum_row("strongly correlated knapsack, 100 items, 5 capacities: prove the maximum value",
+                    *correlated_text(100, 5, 5), "max", repeat),
     ]
 
 
