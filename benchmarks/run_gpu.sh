@@ -28,9 +28,11 @@
 # The default stages take well over ten minutes; for shorter runs split them, e.g. STAGES="info tests
 # sanitize", then STAGES="fused", then STAGES="sweeps scan" (each run packs all results present).
 #   TEST_WORKERS     pytest-xdist workers for the GPU tests where xdist is importable (default 8)
-# Wheels in .whl/ (flashrnn 1.0.8, accelerated-scan 0.3.1; pytest-xdist and execnet to run the GPU tests in
+# Wheels in .whl/ (flashrnn 1.0.8, accelerated-scan 0.3.1; highspy for constrint's linear relaxations, which the GPU
+# machine lacks; pytest-xdist and execnet to run the GPU tests in
 # parallel) are installed into /tmp/site, offline. The folder is not in git; on a machine with PyPI:
 #   pip download --no-deps -d .whl accelerated-scan==0.3.1 flashrnn==1.0.8 pytest-xdist==3.8.0 execnet==2.1.2
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl highspy==1.16.0
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

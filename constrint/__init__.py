@@ -1,5 +1,5 @@
-"""constrint: an integer constraint solver in Python (numpy; scipy's HiGHS for linear relaxations) with divisibility
-propagation.
+"""constrint: an integer constraint solver in Python (numpy; HiGHS through highspy for linear relaxations) with
+divisibility propagation.
 
 Usage::
 

@@ -5,7 +5,7 @@ For max c x under rows A x <= b (and E x == e) and the box lo <= x <= hi, every 
     c x <= u b + v e + sum_j max(d_j lo_j, d_j hi_j),   d = c - u A - v E   (the reduced costs),
 
 for every x of the box that meets the rows, integer or not. The best u, v are the duals of the linear program, which
-HiGHS (through scipy) solves in floating point; they are then rounded to multiples of 1 / DUAL_SCALE (u rounded down, so
+HiGHS (constrint.lp) solves in floating point; they are then rounded to multiples of 1 / DUAL_SCALE (u rounded down, so
 still >= 0) and the bound is computed in integers, so it holds whatever the floating-point solve got wrong: a poor
 dual only gives a weaker bound. The same inequality narrows the variables (reduced-cost fixing): with the objective
 held to at least w by branch and bound, x_j can move at most (bound - w) / |d_j| away from its best end.
@@ -28,6 +28,7 @@ from operator import itemgetter, mul
 
 import numpy as np
 
+from . import lp
 from .cuts import MAX_MAGNITUDE, mir_cuts
 from .propagate import EQ, NE, Linear, objective_sum
 from .store import Conflict, Store
@@ -36,7 +37,8 @@ DUAL_SCALE = 1 << 24
 MAX_LP_VARS = 2000  # larger relaxations are not built (a dense solve per node would cost more than it cuts)
 MIN_LP_POINTS = 1 << 16  # nor smaller ones: a box of fewer points is searched faster than a solve per few nodes
 # costs (random knapsacks of three capacities on a 2-core EPYC: 1.8-2.3 against 0.6-1.1 ms at 4 to 12 items, 3.5
-# against 4.9 at 16, 7.2 against 35 at 20), besides scipy's import on the first (0.3-0.4 s)
+# against 4.9 at 16, 7.2 against 35 at 20; measured when a solve took 1.2 ms through scipy's linprog, against about 0.2
+# ms through constrint.lp now)
 LP_BOUND = 10**15  # column bounds passed to HiGHS are clipped to +-LP_BOUND (past 2^53 floats lose integers)
 RESOLVE_EVERY = 8  # runs between solves of the linear program (random knapsacks of 100 items and five capacities:
 # 1.15 s at 8, 2.3 s at 1, 1.6 s at 64; of 200 items, 2.9 s at 4 or 8, 5.2 s at 64; assignments level)
@@ -145,7 +147,7 @@ class DualBound:
         lo, hi = program.root
         solved = program.optimum(lo, hi, self.cuts)
         result = solved[0]
-        if result.status != 0 or -result.fun < held:  # no optimum, or one short of held: proven in integers?
+        if result.status != lp.OPTIMAL or -result.fun < held:  # no optimum, or one short of held: proven in integers?
             dual = program.duals(self, lo, hi, self.cuts, *solved)
             if dual is False or (dual is not None and _bound(*dual, lo, hi) < DUAL_SCALE * held):
                 self.refuted = held if self.refuted is None else min(self.refuted, held)
@@ -165,9 +167,8 @@ class DualBound:
 
 
 class _Program:
-    """The linear program of a DualBound for scipy's HiGHS, its matrices built once; each solve takes the box of its
-    node (and the cuts, over the root's box). (highspy would keep the basis between solves, but its library and
-    OR-Tools' clash in one process: whichever is imported second fails to load.)"""
+    """The linear program of a DualBound, its matrices built once; each solve takes the box of its node (and the cuts,
+    over the root's box)."""
 
     def __init__(self, p: DualBound, lo: list[int], hi: list[int]) -> None:
         n = len(p.xs)
@@ -185,6 +186,7 @@ class _Program:
         self.ub, self.eq = program_rows(p.rows), program_rows(p.equalities)
         self.cost = np.array([-float(k) for k in p.c])  # HiGHS minimises -c x
         self.root = (lo, hi)
+        self.nodes: lp.Program | None = None  # the program of the nodes' solves (no cuts), made at the first
         self.point: list[float] = []  # the latest solve's optimum
         # for cuts: the rows in integers, each equality also negated, where every number is below MAX_MAGNITUDE
         numbers = [k for terms, r in p.rows + p.equalities for k in (r, *(k for _, k in terms))] + p.c + lo + hi
@@ -197,20 +199,22 @@ class _Program:
             self.int_c = np.array(p.c, dtype=np.int64)
 
     def optimum(self, lo: list[int], hi: list[int], cuts: list) -> tuple:
-        """scipy's result for the box [lo, hi] with the rows and `cuts`; the <= rows' matrix and right-hand sides."""
-        from scipy.optimize import linprog  # here: its import takes 0.3-0.4 s, which small models need not pay
-
+        """The optimum (lp.Solved) over the box [lo, hi] with the rows and `cuts`; the <= rows' matrix and right-hand
+        sides. Without cuts (the nodes' solves) one lp.Program serves every solve, each starting from the last's
+        basis; with them (the cut rounds, a few per search) a program is built for the solve."""
         a_ub, b_ub = self.ub
-        if cuts:
-            a_cut, b_cut = np.array([a for a, _ in cuts], dtype=np.float64), np.array([float(r) for _, r in cuts])
-            a_ub, b_ub = (a_cut, b_cut) if a_ub is None else (np.vstack([a_ub, a_cut]), np.concatenate([b_ub, b_cut]))
         a_eq, b_eq = self.eq
-        result = linprog(self.cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=_box(lo, hi), method="highs")
-        return result, a_ub, b_ub
+        if not cuts:
+            if self.nodes is None:
+                self.nodes = lp.Program(self.cost, a_ub, b_ub, a_eq, b_eq)
+            return self.nodes.solve(_box(lo, hi)), a_ub, b_ub
+        a_cut, b_cut = np.array([a for a, _ in cuts], dtype=np.float64), np.array([float(r) for _, r in cuts])
+        a_ub, b_ub = (a_cut, b_cut) if a_ub is None else (np.vstack([a_ub, a_cut]), np.concatenate([b_ub, b_cut]))
+        return lp.Program(self.cost, a_ub, b_ub, a_eq, b_eq).solve(_box(lo, hi)), a_ub, b_ub
 
     def integer_rows(self, result, cuts: list) -> tuple[np.ndarray, list[int], list[float]]:
         """The rows (<=, ==, negated ==) and `cuts` in integers, with the duals of `result` for each (>= 0)."""
-        duals = _row_duals(result, self.ub[0] is not None or bool(cuts), self.eq[0] is not None)
+        duals = result.duals
         m = len(self.ub[1]) if self.ub[0] is not None else 0
         u = [max(0.0, -y) for y in duals]
         v = [-y for y in duals[m + len(cuts):]]
@@ -230,14 +234,12 @@ class _Program:
         """The duals of `result` (from `optimum` over the box [lo, hi] with `cuts`; scaled, rounded: DualBound's doc),
         the optimum kept as `point`; False where the box holds no point of the relaxation (an elastic program's duals
         prove it, in integers); None where neither."""
-        from scipy.optimize import linprog
-
         rows = p.rows + [([(j, k) for j, k in enumerate(a) if k], r) for a, r in cuts]
         a_eq, b_eq = self.eq
-        if result.status == 0:
+        if result.status == lp.OPTIMAL:
             self.point = list(result.x)
-            return _dual(p.c, rows, p.equalities, _row_duals(result, a_ub is not None, a_eq is not None))
-        if result.status != 2:
+            return _dual(p.c, rows, p.equalities, result.duals)
+        if result.status != lp.INFEASIBLE:
             return None
         # infeasible: minimise the rows' violations; duals u with u b + max over the box of -u A x < 0 refute the box
         m, e = len(rows), len(p.equalities)
@@ -246,21 +248,16 @@ class _Program:
         elastic_eq = None if a_eq is None else np.hstack([a_eq, zeros((e, m)), np.eye(e), -np.eye(e)])
         bounds = np.vstack([_box(lo, hi), np.tile([0.0, np.inf], (m + 2 * e, 1))])
         cost = np.concatenate([zeros(len(p.xs)), np.ones(m + 2 * e)])
-        result = linprog(cost, A_ub=elastic_ub, b_ub=b_ub, A_eq=elastic_eq, b_eq=b_eq, bounds=bounds, method="highs")
-        if result.status != 0:
+        result = lp.Program(cost, elastic_ub, b_ub, elastic_eq, b_eq).solve(bounds)
+        if result.status != lp.OPTIMAL:
             return None
-        const, d = _dual([0] * len(p.xs), rows, p.equalities, _row_duals(result, a_ub is not None, a_eq is not None))
+        const, d = _dual([0] * len(p.xs), rows, p.equalities, result.duals)
         return False if _bound(const, d, lo, hi) < 0 else None
 
 
 def _bound(const: int, d: list[int], los: list[int], his: list[int]) -> int:
     """const + sum_j max(d_j lo_j, d_j hi_j): the scaled bound of a dual (`_dual`) over the box [los, his]."""
     return const + sum(map(max, map(mul, d, los), map(mul, d, his)))
-
-
-def _row_duals(result, ub: bool, eq: bool) -> list[float]:
-    """A solve's duals of the <= rows, then of the == rows (HiGHS's signs: <= 0 on a binding <= row)."""
-    return [*(result.ineqlin.marginals if ub else ()), *(result.eqlin.marginals if eq else ())]
 
 
 def _box(lo: list[int], hi: list[int]) -> np.ndarray:

@@ -103,7 +103,7 @@ def test_objectives_held_by_several_constraints_are_proven_quickly():
     best = m.minimize(sum(cost[i][j] * x[i][j] for i in range(15) for j in range(15)), time_limit=60)
     assert best.objective == 201  # CP-SAT's optimum too
     assert sorted(j for i in range(15) for j in range(15) if best[x[i][j]]) == list(range(15))
-    assert time.perf_counter() - start < 20  # 0.1 s here after scipy's import (2-core EPYC)
+    assert time.perf_counter() - start < 20  # 0.1 s here (2-core EPYC)
 
 
 def test_huge_domains_are_clipped_for_the_solver_only():
