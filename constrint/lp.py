@@ -50,6 +50,7 @@ class Program:
         # the core class it wraps (exported by highspy as _Highs) does nothing before the option is set
         self.highs = highspy._Highs()
         self.highs.setOptionValue("output_flag", False)
+        self.highs.setOptionValue("threads", 1)  # a simplex solve of this size runs on one; more only wait (3-10%)
         self.highs.passModel(lp)
         self.columns = np.arange(n, dtype=np.int32)
         self.statuses = {highspy.HighsModelStatus.kOptimal: OPTIMAL, highspy.HighsModelStatus.kInfeasible: INFEASIBLE}
