@@ -36,12 +36,12 @@ from .store import Conflict, Store
 DUAL_SCALE = 1 << 24
 MAX_LP_VARS = 2000  # larger relaxations are not built (a dense solve per node would cost more than it cuts)
 MIN_LP_POINTS = 1 << 16  # nor smaller ones: a box of fewer points is searched faster than a solve per few nodes
-# costs (random knapsacks of three capacities on a 2-core EPYC: 1.8-2.3 against 0.6-1.1 ms at 4 to 12 items, 3.5
-# against 4.9 at 16, 7.2 against 35 at 20; measured when a solve took 1.2 ms through scipy's linprog, against about 0.2
-# ms through constrint.lp now)
+# costs (random knapsacks of three capacities on a 2-core EPYC, mean of five: 1.1-2.4 against 0.7-1.9 ms at 6 to 14
+# items, level at 16 (4.5 / 4.4 ms); with scipy's linprog, 1.2 ms a solve, it was 3.5 against 4.9 ms at 16)
 LP_BOUND = 10**15  # column bounds passed to HiGHS are clipped to +-LP_BOUND (past 2^53 floats lose integers)
 RESOLVE_EVERY = 8  # runs between solves of the linear program (random knapsacks of 100 items and five capacities:
-# 1.15 s at 8, 2.3 s at 1, 1.6 s at 64; of 200 items, 2.9 s at 4 or 8, 5.2 s at 64; assignments level)
+# 1.15 s at 8, 2.3 s at 1, 1.6 s at 64; of 200 items, 2.9 s at 4 or 8, 5.2 s at 64; assignments level; with the
+# cheaper solves of constrint.lp, 8 is still the fastest of 1, 2, 4, 8 on nine knapsacks, assignments and max-mins)
 CUTS_PER_ROUND = 10  # the cuts a round adds, those the relaxation's optimum violates most
 MAX_CUTS = 64  # the newest kept
 CUT_ROUNDS = 2, 4  # a DualBound runs CUT_ROUNDS[0] rounds of cuts, then one more per CUT_ROUNDS[1] solves at nodes:
