@@ -1,7 +1,7 @@
 """Strongly correlated 0/1 knapsacks (100 items, each value its first weight + 100) in the python dialect. With three
 capacities (seed 1) the relaxation's cuts prove the optimum in about 0.1 s (past 30 s without them; CP-SAT 0.09 s);
-`hard_knapsack`, with five (seed 6), takes this solver far longer than the time-limit tests wait (not proven in 30 s;
-CP-SAT 8.9 s), while improving solutions come at once."""
+`hard_knapsack`, with five (seed 6), takes this solver far longer than the time-limit tests wait (about 30 s; CP-SAT
+8.9 s), while improving solutions come at once."""
 from __future__ import annotations
 
 import random
