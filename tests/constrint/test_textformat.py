@@ -409,3 +409,32 @@ def test_constrint_alternatives_may_not_be_empty(text, column):
     with pytest.raises(ParseError, match=r"'\|' needs a relation on each side") as err:
         parse("A == [0, 1, 2, 3]; " + text, "constrint")
     assert (err.value.line, err.value.column) == (1, column)
+
+
+def test_reading_pauses_the_garbage_collector_and_restores_it(monkeypatch):
+    """parse pauses the cyclic collector while it reads (textformat._collector_paused) and restores its state, also
+    when the text is bad, and leaves a collector paused by the caller paused."""
+    import gc
+
+    import constrint.textformat as textformat
+
+    during = []
+    read = textformat._PythonReader.read
+
+    def spy(self):
+        during.append(gc.isenabled())
+        return read(self)
+
+    monkeypatch.setattr(textformat._PythonReader, "read", spy)
+    assert gc.isenabled()
+    assert parse("x in [1..3]\ny in [1..3]\nx + y == 4\n").count() == 3 and gc.isenabled()
+    with pytest.raises(ParseError):
+        parse("x in [1..3]\nx +* 2 == 4\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse("x in [1..3]\n")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert during == [False, False, False]
