@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import itertools
+import random
+from typing import Iterator
 
+import numpy as np
 from hypothesis import strategies as st
 
 from constrint import Model
@@ -20,6 +23,35 @@ def store_of(boxes: list[tuple[int, int]]) -> Store:
         s.new_var(lo, hi)
     s.queued[:] = []
     return s
+
+
+GRID = np.stack(np.meshgrid(*[np.arange(-8, 9)] * 4, indexing="ij"), -1).reshape(-1, 4)  # [-8, 8]^4, 83,521 points
+
+
+def relaxed_models(rng: random.Random, count: int, ops: tuple[str, ...] = ("<=",),
+                   products: bool = False) -> Iterator[tuple[Model, list, list[int], object, np.ndarray]]:
+    """`count` models over x0..x3 in [-8, 8] (a box large enough for the linear relaxation, MIN_LP_POINTS) of two to
+    four random rows (each of an op from `ops`), half of them with x0 * x1 >= k too where `products`: each as (model,
+    its rows, objective weights, objective = weights . x - 3, the objective's values at the box's points that meet
+    every constraint, by brute force over GRID)."""
+    for _ in range(count):
+        m = Model()
+        xs = [m.int_var(-8, 8, f"x{i}") for i in range(4)]
+        rows = [([rng.randint(-4, 4) for _ in xs], rng.randint(-12, 12), rng.choice(ops))
+                for _ in range(rng.randint(2, 4))]
+        keep = np.ones(len(GRID), dtype=bool)
+        for coef, rhs, op in rows:
+            total = sum(k * x for k, x in zip(coef, xs))
+            m.add(total <= rhs if op == "<=" else total == rhs)
+            lhs = GRID @ np.array(coef)
+            keep &= (lhs <= rhs) if op == "<=" else (lhs == rhs)
+        if products and rng.random() < 0.5:  # a constraint outside the relaxation
+            k = rng.randint(-20, 20)
+            m.add(xs[0] * xs[1] >= k)
+            keep &= GRID[:, 0] * GRID[:, 1] >= k
+        weights = [rng.randint(-5, 5) or 1 for _ in xs]
+        objective = sum(w * x for w, x in zip(weights, xs)) - 3
+        yield m, rows, weights, objective, GRID[keep] @ np.array(weights) - 3
 
 
 @st.composite

@@ -14,7 +14,7 @@ from constrint.dual_bound import DualBound
 from constrint.flatten import Flattener
 from constrint.store import Conflict
 from constrint_strategies import boxes as small_boxes
-from constrint_strategies import store_of
+from constrint_strategies import GRID, relaxed_models, store_of
 
 
 def _flattened(m: Model) -> Flattener:
@@ -117,29 +117,11 @@ def test_huge_domains_are_clipped_for_the_solver_only():
 def test_optima_through_the_relaxation_agree_with_brute_force():
     """Models whose boxes are large enough for the relaxation (MIN_LP_POINTS): the optimum found through it is the
     best point of the box."""
-    import numpy as np
-
     from constrint.dual_bound import MIN_LP_POINTS, dual_bounds
     from constrint.errors import Infeasible
 
-    rng = random.Random(5)
-    for _ in range(40):
-        m = Model()
-        xs = [m.int_var(-8, 8, f"x{i}") for i in range(4)]
-        rows = [([rng.randint(-4, 4) for _ in xs], rng.randint(-12, 12), rng.choice(["<=", "=="]))
-                for _ in range(rng.randint(2, 4))]
-        for coef, rhs, op in rows:
-            total = sum(k * x for k, x in zip(coef, xs))
-            m.add(total <= rhs if op == "<=" else total == rhs)
-        weights = [rng.randint(-5, 5) or 1 for _ in xs]
-        objective = sum(w * x for w, x in zip(weights, xs)) - 3
-        grid = np.stack(np.meshgrid(*[np.arange(-8, 9)] * 4, indexing="ij"), -1).reshape(-1, 4)
-        assert len(grid) >= MIN_LP_POINTS
-        keep = np.ones(len(grid), dtype=bool)
-        for coef, rhs, op in rows:
-            lhs = grid @ np.array(coef)
-            keep &= (lhs <= rhs) if op == "<=" else (lhs == rhs)
-        values = grid[keep] @ np.array(weights) - 3
+    assert len(GRID) >= MIN_LP_POINTS
+    for m, rows, weights, objective, values in relaxed_models(random.Random(5), 40, ops=("<=", "==")):
         for sense, optimise in (("min", m.minimize), ("max", m.maximize)):
             flat = _flattened(m)
             assert dual_bounds(flat.props, flat.var_of(objective), flat.n_user, sense, flat.store)

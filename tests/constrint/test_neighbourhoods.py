@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 
 import constrint.model as model_module
 import constrint.search as search_module
-from constrint import Infeasible, Model, TimeLimit
+from constrint import Infeasible, TimeLimit
 from constrint.textformat import parse, parse_expression
 
 from constrint_knapsack import correlated_knapsack
+from constrint_strategies import relaxed_models
 
 
 @pytest.fixture
@@ -45,23 +45,7 @@ def test_optima_through_relaxation_guided_neighbourhoods_agree_with_brute_force(
     branching or blocks of at most 64 rows enumerated near the leaves: the optimum is still the best point of the
     box."""
     monkeypatch.setattr(model_module, "BLOCK_ROWS", block_rows)
-    rng = random.Random(11)
-    grid = np.stack(np.meshgrid(*[np.arange(-8, 9)] * 4, indexing="ij"), -1).reshape(-1, 4)
-    for _ in range(30):
-        m = Model()
-        xs = [m.int_var(-8, 8, f"x{i}") for i in range(4)]
-        rows = [([rng.randint(-4, 4) for _ in xs], rng.randint(-12, 12)) for _ in range(rng.randint(2, 4))]
-        keep = np.ones(len(grid), dtype=bool)
-        for coef, rhs in rows:
-            m.add(sum(k * x for k, x in zip(coef, xs)) <= rhs)
-            keep &= grid @ np.array(coef) <= rhs
-        if rng.random() < 0.5:  # a constraint outside the relaxation, which the neighbourhoods' searches propagate
-            k = rng.randint(-20, 20)
-            m.add(xs[0] * xs[1] >= k)
-            keep &= grid[:, 0] * grid[:, 1] >= k
-        weights = [rng.randint(-5, 5) or 1 for _ in xs]
-        objective = sum(w * x for w, x in zip(weights, xs))
-        values = grid[keep] @ np.array(weights)
+    for m, rows, weights, objective, values in relaxed_models(random.Random(11), 30, products=True):
         for sense, optimise in (("min", m.minimize), ("max", m.maximize)):
             if not len(values):
                 with pytest.raises(Infeasible):
