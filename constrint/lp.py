@@ -36,22 +36,22 @@ class Program:
         inf = highspy.kHighsInf
         lower = np.concatenate([np.full(self.m_ub, -inf), b_eq if b_eq is not None else []])
         upper = np.concatenate([b_ub if b_ub is not None else [], b_eq if b_eq is not None else []])
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n, len(a)
-        lp.col_cost_ = np.asarray(cost, dtype=np.float64)
-        lp.col_lower_, lp.col_upper_ = np.zeros(n), np.zeros(n)
-        lp.row_lower_, lp.row_upper_ = lower, upper
+        model = highspy.HighsLp()
+        model.num_col_, model.num_row_ = n, len(a)
+        model.col_cost_ = np.asarray(cost, dtype=np.float64)
+        model.col_lower_, model.col_upper_ = np.zeros(n), np.zeros(n)  # each solve sets the box
+        model.row_lower_, model.row_upper_ = lower, upper
         rows, cols = np.nonzero(a)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.searchsorted(rows, np.arange(len(a) + 1)).astype(np.int32)
-        lp.a_matrix_.index_ = cols.astype(np.int32)
-        lp.a_matrix_.value_ = a[rows, cols].astype(np.float64)
+        model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        model.a_matrix_.start_ = np.searchsorted(rows, np.arange(len(a) + 1)).astype(np.int32)
+        model.a_matrix_.index_ = cols.astype(np.int32)
+        model.a_matrix_.value_ = a[rows, cols].astype(np.float64)
         # highspy's Highs class enables its callbacks first, which prints HiGHS's banner before output_flag can be set;
         # the core class it wraps (exported by highspy as _Highs) does nothing before the option is set
         self.highs = highspy._Highs()
         self.highs.setOptionValue("output_flag", False)
         self.highs.setOptionValue("threads", 1)  # a simplex solve of this size runs on one; more only wait (3-10%)
-        self.highs.passModel(lp)
+        self.highs.passModel(model)
         self.columns = np.arange(n, dtype=np.int32)
         self.statuses = {highspy.HighsModelStatus.kOptimal: OPTIMAL, highspy.HighsModelStatus.kInfeasible: INFEASIBLE}
 
