@@ -412,22 +412,29 @@ def test_constrint_alternatives_may_not_be_empty(text, column):
 
 
 def test_reading_pauses_the_garbage_collector_and_restores_it(monkeypatch):
-    """parse pauses the cyclic collector while it reads (textformat._collector_paused) and restores its state, also
-    when the text is bad, and leaves a collector paused by the caller paused."""
+    """parse and parse_expression pause the cyclic collector while they read (textformat._collector_paused) and
+    restore its state, also when the text is bad, and leave a collector paused by the caller paused."""
     import gc
 
     import constrint.textformat as textformat
 
     during = []
-    read = textformat._PythonReader.read
+    read, expression = textformat._PythonReader.read, textformat._PythonReader.expression
 
     def spy(self):
         during.append(gc.isenabled())
         return read(self)
 
+    def expression_spy(self, lookup):
+        during.append(gc.isenabled())
+        return expression(self, lookup)
+
     monkeypatch.setattr(textformat._PythonReader, "read", spy)
+    monkeypatch.setattr(textformat._PythonReader, "expression", expression_spy)
     assert gc.isenabled()
-    assert parse("x in [1..3]\ny in [1..3]\nx + y == 4\n").count() == 3 and gc.isenabled()
+    model = parse("x in [1..3]\ny in [1..3]\nx + y == 4\n")
+    assert model.count() == 3 and gc.isenabled()
+    assert str(parse_expression("x + 2 * y", model)) and gc.isenabled()
     with pytest.raises(ParseError):
         parse("x in [1..3]\nx +* 2 == 4\n")
     assert gc.isenabled()
@@ -437,4 +444,4 @@ def test_reading_pauses_the_garbage_collector_and_restores_it(monkeypatch):
         assert not gc.isenabled()
     finally:
         gc.enable()
-    assert during == [False, False, False]
+    assert during == [False, False, False, False]
