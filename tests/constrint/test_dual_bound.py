@@ -158,3 +158,49 @@ def test_a_max_min_objective_is_bounded_through_its_sums():
     best = m.maximize(t, time_limit=60)
     assert best.objective == expected
     assert all(sum(v * best[x] for v, x in zip(row, xs)) >= best.objective for row in values)
+
+
+@pytest.mark.parametrize("sense", ["max", "min"])
+def test_a_node_solve_leaves_the_held_side_of_a_variable_objective_open(sense, monkeypatch):
+    """max t with t <= each sum (min t with t >= each): the nodes' programs take t's held side (t >= the best so far
+    + 1, or t <= the best - 1) from the root's box, so that a node short of the held value gets an optimum below it,
+    which the bound prunes, instead of an infeasible program and a second, elastic one; the optimum is every
+    subset's best."""
+    import numpy as np
+
+    from constrint import dual_bound
+
+    boxes = []  # t's column bounds (column 0: the objective's variables come first) in the nodes' solves
+    optimum = dual_bound._Program.optimum
+
+    def recorded(self, lo, hi, cuts):
+        if not cuts:
+            boxes.append((lo[0], hi[0]))
+        return optimum(self, lo, hi, cuts)
+
+    monkeypatch.setattr(dual_bound._Program, "optimum", recorded)
+    rng = random.Random(5)
+    n = 15
+    weights = [rng.randint(5, 40) for _ in range(n)]
+    values = [[rng.randint(0, 60) for _ in range(n)] for _ in range(2)]
+    m = Model()
+    xs = [m.int_var(0, 1, f"x{i}") for i in range(n)]
+    t = m.int_var(0, 10**5, "t")
+    if sense == "max":
+        m.add(sum(w * x for w, x in zip(weights, xs)) <= sum(weights) // 3)
+        for row in values:
+            m.add(t <= sum(v * x for v, x in zip(row, xs)))
+    else:
+        m.add(sum(w * x for w, x in zip(weights, xs)) >= sum(weights) // 2)
+        for row in values:
+            m.add(t >= sum(v * x for v, x in zip(row, xs)))
+    subsets = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
+    load = subsets @ np.array(weights)
+    fits = load <= sum(weights) // 3 if sense == "max" else load >= sum(weights) // 2
+    sums = [subsets[fits] @ np.array(row) for row in values]
+    expected = np.minimum(*sums).max() if sense == "max" else np.maximum(*sums).min()
+    best = m.maximize(t, time_limit=60) if sense == "max" else m.minimize(t, time_limit=60)
+    assert best.objective == expected
+    assert len(boxes) > 3
+    held_side, root = (0, 0) if sense == "max" else (1, 10**5)
+    assert all(box[held_side] == root for box in boxes)
