@@ -1,5 +1,6 @@
 """Where a linear_scan forward + backward pair's device time goes: the kernels of CUDA graphs of repeated pairs (the
-graph that `bench_scan.py` times), traced by the PyTorch profiler (CUPTI records each kernel of a replayed graph).
+graph that `bench_scan.py` times), traced by the PyTorch profiler (CUPTI records each kernel of a replayed graph),
+beside accelerated-scan's warp kernel and a pair of elementwise kernels that move the same bytes (the floor).
 
 Per implementation and problem: the median over the pairs of one replay of each kernel's duration, of the gaps
 between consecutive kernels (forward -> backward, backward -> the next pair's forward), and of the pair's period (one
@@ -25,9 +26,54 @@ from flashrnn_kernels.scan import linear_scan
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def _elementwise_pair():
+    """An op with the scan's traffic and none of its dependences, one Triton kernel per direction: forward reads a
+    and b and writes h (a * 0.5 + b); backward reads a, dL/dh and h and writes two gradients (dL/dh * h, dL/dh * a)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def forward_kernel(a, b, h, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        keep = i < n
+        tl.store(h + i, tl.load(a + i, mask=keep) * 0.5 + tl.load(b + i, mask=keep), mask=keep)
+
+    @triton.jit
+    def backward_kernel(a, g, h, da, db, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        keep = i < n
+        dh = tl.load(g + i, mask=keep)
+        tl.store(da + i, dh * tl.load(h + i, mask=keep), mask=keep)
+        tl.store(db + i, dh * tl.load(a + i, mask=keep), mask=keep)
+
+    block = 4096
+
+    class Pair(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            h = torch.empty_like(a)
+            forward_kernel[(triton.cdiv(a.numel(), block),)](a, b, h, a.numel(), BLOCK=block)
+            ctx.save_for_backward(a, h)
+            return h
+
+        @staticmethod
+        def backward(ctx, g):
+            a, h = ctx.saved_tensors
+            da, db = torch.empty_like(a), torch.empty_like(a)
+            backward_kernel[(triton.cdiv(a.numel(), block),)](a, g.contiguous(), h, da, db, a.numel(), BLOCK=block)
+            return da, db
+
+    return Pair.apply
+
+
 def _implementations() -> dict:
-    """name -> (scan(a, b), whether it takes [B, D, T]); accelerated-scan's warp kernel where it imports."""
+    """name -> (scan(a, b), whether it takes [B, D, T]); accelerated-scan's warp kernel where it imports, and the
+    elementwise pair (the floor) where Triton does."""
     found = {"ours": (linear_scan, False)}
+    try:
+        found["elementwise floor"] = (_elementwise_pair(), False)
+    except Exception as exc:  # noqa: BLE001 - no Triton: its rows are left out
+        print(f"elementwise floor: {type(exc).__name__}: {exc}")
     try:
         found["accelerated-scan warp"] = (importlib.import_module("accelerated_scan.warp").scan, True)
     except Exception as exc:  # noqa: BLE001 - a missing package or a failed build: its rows are left out
