@@ -5,9 +5,11 @@ graph (common.time_graph), the two plans taking turns over --rounds rounds in on
 in (0.5, 1)); the outputs and gradients of the two plans are compared (they differ only in rounding).
 
 `--shapes`: instead, the paired plan against other chained block shapes (threads along D x thread rows x steps),
-each in a pair only; writes scan_paired_forward_shapes.{csv,md}.
+each in a pair only; a shape "F/B" sets the backward's too (either side "plan": the solver's); `--problems` picks
+problems of the list (BxTxD:dtype); writes scan_paired_forward_shapes.{csv,md}.
 
-Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8]
+Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8,plan/16x8x16]
+       [--problems 1x65536x64:fp32]
 Writes scan_paired_forward_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
 """
 from __future__ import annotations
@@ -36,36 +38,45 @@ def _describe(p) -> str:
 
 
 def _chained(p, shape: str):
-    """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps)."""
+    """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p."""
+    if shape == "plan":
+        return p
     threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
     return carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
                       vec=p.vec)
 
 
-def _pair(p, a, b, dy):
+def _pair(p, a, b, dy, backward=None):
+    """The forward with plan p, then the backward with plan `backward` (None: the solver's)."""
     def run():
         (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=p)
-        return h, *run_scan("linear", "backward", (a, b), None, dy=dy, h=h)[:2]
+        return h, *run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=backward)[:2]
     return run
 
 
-def sweep(shapes: list[str], rounds: int) -> None:
+def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> None:
     rows = []
     for shape, dtype in PROBLEMS:
+        if problems is not None and f"{'x'.join(map(str, shape))}:{NAMES[dtype]}" not in problems:
+            continue
         a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
         b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
         paired = device_plan("linear", a, "forward", paired=True)
-        plans = {"paired": paired, **{s: _chained(paired, s) for s in shapes}}
+        backward = device_plan("linear", a, "backward")
+        plans = {"paired": (paired, None)}
+        for s in shapes:
+            forward_shape, _, backward_shape = s.partition("/")
+            plans[s] = (_chained(paired, forward_shape), _chained(backward, backward_shape or "plan"))
         times: dict[str, list[float]] = {}
         expected = _pair(paired, a, b, dy)()
         for r in range(rounds):
             for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
-                times.setdefault(name, []).append(common.time_graph(_pair(plans[name], a, b, dy)) * 1e3)
+                times.setdefault(name, []).append(common.time_graph(_pair(*plans[name], a, b, dy)) * 1e3)
         base = statistics.median(times["paired"])
         row = {"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype], "paired plan": _describe(paired),
-               "pair us": base}
+               "backward plan": _describe(backward), "pair us": base}
         for name in shapes:
-            got = _pair(plans[name], a, b, dy)()
+            got = _pair(*plans[name], a, b, dy)()
             difference = max(common.relative_error(x, y) for x, y in zip(got, expected))
             row[f"{name} / paired"] = statistics.median(times[name]) / base
             row[f"{name} difference"] = difference
@@ -79,10 +90,12 @@ def sweep(shapes: list[str], rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--shapes", help="comma-separated chained block shapes, threads_d x threads_t x steps")
+    parser.add_argument("--shapes", help="comma-separated chained block shapes, threads_d x threads_t x steps, "
+                        "or forward/backward shapes")
+    parser.add_argument("--problems", help="with --shapes: comma-separated problems of PROBLEMS, BxTxD:dtype")
     args = parser.parse_args()
     if args.shapes:
-        sweep(args.shapes.split(","), args.rounds)
+        sweep(args.shapes.split(","), args.rounds, args.problems.split(",") if args.problems else None)
         return
     rows = []
     for shape, dtype in PROBLEMS:
