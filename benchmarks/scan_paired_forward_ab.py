@@ -71,12 +71,12 @@ def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> 
         expected = _pair(paired, a, b, dy)()
         for r in range(rounds):
             for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
-                times.setdefault(name, []).append(common.time_graph(_pair(*plans[name], a, b, dy)) * 1e3)
+                times.setdefault(name, []).append(common.time_graph(_pair(plans[name][0], a, b, dy, plans[name][1])) * 1e3)
         base = statistics.median(times["paired"])
         row = {"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype], "paired plan": _describe(paired),
                "backward plan": _describe(backward), "pair us": base}
         for name in shapes:
-            got = _pair(*plans[name], a, b, dy)()
+            got = _pair(plans[name][0], a, b, dy, plans[name][1])()
             difference = max(common.relative_error(x, y) for x, y in zip(got, expected))
             row[f"{name} / paired"] = statistics.median(times[name]) / base
             row[f"{name} difference"] = difference
