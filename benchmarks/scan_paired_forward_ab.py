@@ -5,8 +5,9 @@ graph (common.time_graph), the two plans taking turns over --rounds rounds in on
 in (0.5, 1)); the outputs and gradients of the two plans are compared (they differ only in rounding).
 
 `--shapes`: instead, the paired plan against other chained block shapes (threads along D x thread rows x steps),
-each in a pair only; a shape "F/B" sets the backward's too (either side "plan": the solver's); `--problems` picks
-problems of the list (BxTxD:dtype); writes scan_paired_forward_shapes.{csv,md}.
+each in a pair only; a shape "F/B" sets the backward's too (either side "plan": the solver's; "@N" after a side
+holds its launches to N blocks per SM); `--problems` picks problems of the list (BxTxD:dtype); writes
+scan_paired_forward_shapes.{csv,md}.
 
 Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8,plan/16x8x16]
        [--problems 1x65536x64:fp32]
@@ -21,7 +22,9 @@ import statistics
 import torch
 
 import common
+from flashrnn_kernels.runtime import compile
 from flashrnn_kernels.runtime.device import device_gpu
+from flashrnn_kernels.scan import function as scan_function
 from flashrnn_kernels.scan.function import device_plan, run_scan
 from flashrnn_kernels.scan.plan import carry_plan
 
@@ -37,13 +40,40 @@ def _describe(p) -> str:
     return f"{p.carry} {p.threads_d}x{p.threads_t}x{p.steps}, {p.stages} st, {p.min_blocks}/SM"
 
 
+CAPS: dict = {}
+"""plan -> blocks per SM that its launches are held to (a shape's "@N"), by padding their dynamic shared memory."""
+
+
 def _chained(p, shape: str):
-    """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p."""
-    if shape == "plan":
-        return p
-    threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
-    return carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
-                      vec=p.vec)
+    """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p. A
+    suffix "@N" holds its launches to N blocks per SM (CAPS)."""
+    shape, _, cap = shape.partition("@")
+    if shape != "plan":
+        threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
+        p = carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
+                       vec=p.vec)
+    if cap:
+        p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 1)  # a plan of its own, as a key of CAPS
+        CAPS[p] = int(cap)
+    return p
+
+
+def _capped_launch(p, B, T, D, element_size, device):
+    """scan_function._launch_of, with the dynamic shared memory of a plan in CAPS padded so that no more than its
+    cap of blocks fits on an SM."""
+    run = SHIPPED_LAUNCH(p, B, T, D, element_size, device)
+    cap = CAPS.get(p)
+    if cap is None:
+        return run
+    gpu = device_gpu(device)
+    share = gpu.smem_per_sm // (cap + 1) + 1  # cap + 1 blocks of this much do not fit
+    padded = max(run.shared_mem, share - p.smem_bytes - gpu.smem_reserved_per_block)
+    compile.allow_dynamic_smem(run.kernel, padded)
+    return run._replace(shared_mem=padded)
+
+
+SHIPPED_LAUNCH = scan_function._launch_of
+scan_function._launch_of = _capped_launch
 
 
 def _pair(p, a, b, dy, backward=None):
@@ -71,7 +101,8 @@ def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> 
         expected = _pair(paired, a, b, dy)()
         for r in range(rounds):
             for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
-                times.setdefault(name, []).append(common.time_graph(_pair(plans[name][0], a, b, dy, plans[name][1])) * 1e3)
+                pair = _pair(plans[name][0], a, b, dy, plans[name][1])
+                times.setdefault(name, []).append(common.time_graph(pair) * 1e3)
         base = statistics.median(times["paired"])
         row = {"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype], "paired plan": _describe(paired),
                "backward plan": _describe(backward), "pair us": base}
