@@ -263,34 +263,76 @@ def _is_operand(token: tokenize.TokenInfo) -> bool:
     return token.type == tokenize.NUMBER or (token.type == tokenize.NAME and not keyword.iskeyword(token.string))
 
 
+_INTERVAL_LINE = re.compile(  # a whole line `NAME in [lo..hi]` of decimal integers (_PythonReader.intervals)
+    r"([A-Za-z_][A-Za-z0-9_]*)[ \t\f]+in[ \t\f]*\[[ \t\f]*([-+]?)[ \t\f]*(0|[1-9][0-9]*)[ \t\f]*\.\.[ \t\f]*([-+]?)"
+    r"[ \t\f]*(0|[1-9][0-9]*)[ \t\f]*\][ \t\f]*")
+
+
 class _PythonReader:
     def __init__(self, text: str) -> None:
         lines = text.replace("\r\n", "\n").split("\n")
         self.indent: list[int] = []
-        plain, prepared = [], []
+        plain, prepared, codes = [], [], []
         self.dots: list[tuple[int, int]] = []  # (line, byte column) of each `..`
         for number, line in enumerate(lines, 1):
             body = line.lstrip(" \t\f")  # statements may be indented (a model kept in an indented string)
             self.indent.append(len(line) - len(body))
             code, hash_, comment = body.partition("#")
+            codes.append(code)
             plain.append(body)
             self.dots += [(number, len(code[: m.start()].encode())) for m in _DOTS.finditer(code)]
             prepared.append(_DOTS.sub(" ,", code) + hash_ + comment)
         self.lines = prepared
         self.plain = [line.encode() for line in plain]  # as written, less indentation: for constraint names
         self.source = "\n".join(prepared)
+        self.codes = codes
+
+    def intervals(self) -> dict[int, tuple[str, int, int]]:
+        """{line: (name, lo, hi)} of the lines that are a declaration `NAME in [lo..hi]` alone, with decimal integers,
+        outside any bracket or continued line (and before any quote, past which brackets are not counted): read
+        without Python's parser and the walk of its tree, which took a third of the time of reading a model that
+        declares many variables (a 15 x 15 assignment, 225 of its 255 lines: 8.1 -> 5.5 ms with its objective)."""
+        found, depth, continued = {}, 0, False
+        if not self.dots:
+            return found
+        for number, code in enumerate(self.codes, 1):
+            if not code:
+                continue
+            if "'" in code or '"' in code:
+                break
+            if depth == 0 and not continued:
+                match = _INTERVAL_LINE.fullmatch(code)
+                if match is not None and not keyword.iskeyword(match[1]):
+                    lo, hi = int(match[3]), int(match[5])
+                    found[number] = (match[1], -lo if match[2] == "-" else lo, -hi if match[4] == "-" else hi)
+                    continue
+            depth += code.count("(") + code.count("[") + code.count("{") - code.count(")") - code.count("]") \
+                - code.count("}")
+            continued = code.endswith("\\", 0, len(code.rstrip()))
+        return found
 
     def read(self) -> Model:
-        statements = []
-        for stmt in self._tree("exec").body:
+        fast = self.intervals()
+        statements: list[ast.AST | int] = []  # nodes, and the numbers of the lines in `fast`, in the text's order
+        for stmt in self._tree("exec", blank=fast).body:
             if not isinstance(stmt, ast.Expr):
                 hint = "; write '==' for equality" if isinstance(stmt, (ast.Assign, ast.AugAssign)) else ""
                 raise ParseError(f"only constraints may stand here, not a Python {type(stmt).__name__} "
                                  f"statement{hint}", *self.pos(stmt))
             statements.append(stmt.value)
+        if fast:
+            statements = sorted(statements + list(fast), key=lambda n: n if isinstance(n, int) else n.lineno)
         domains: dict[str, _Declared] = {}
         chosen: dict[int, str] = {}
         for index, node in enumerate(statements):
+            if isinstance(node, int):  # a declaration of `fast`; a name declared before makes it a constraint
+                name, lo, hi = fast[node]
+                if name not in domains:
+                    domains[name] = _Declared(lo, hi, None, (node, self.indent[node - 1] + 1))
+                    chosen[index] = name
+                else:
+                    statements[index] = self._line_tree(node)
+                continue
             with _not_too_deep(self.pos(node)):
                 declared = self._declaration(node)
             if declared is not None and declared[0] not in domains:
@@ -299,7 +341,7 @@ class _PythonReader:
         self.builder = _Builder(domains)
         for index, node in enumerate(statements):
             if index in chosen:
-                self.builder.var(chosen[index], self.pos(node))
+                self.builder.var(chosen[index], domains[chosen[index]].pos)
                 continue
             with _not_too_deep(self.pos(node)):
                 clauses = self._clauses(node, False)
@@ -313,7 +355,16 @@ class _PythonReader:
         with _not_too_deep(self.pos(body)):
             return self._expr(body, lookup)
 
-    def _tree(self, mode: str) -> ast.AST:
+    def _line_tree(self, number: int) -> ast.AST:
+        """The expression of line `number` alone (a line `intervals` found), placed at its line."""
+        node = ast.parse(self.lines[number - 1], mode="eval").body
+        return ast.increment_lineno(node, number - 1)
+
+    def _tree(self, mode: str, blank: dict[int, tuple[str, int, int]] | None = None) -> ast.AST:
+        """The text's syntax tree in `mode`, the lines in `blank` left empty."""
+        source = self.source
+        if blank:
+            source = "\n".join("" if number in blank else line for number, line in enumerate(self.lines, 1))
         if "\0" in self.source:  # Python's parser refuses it, at a position of its own (3.11: the line before)
             before = self.source.split("\0")[0]
             line = before.count("\n") + 1
@@ -321,7 +372,7 @@ class _PythonReader:
             raise ParseError("a NUL character (\\x00) cannot stand in a model: the text must be plain text", line,
                              column)
         try:
-            return ast.parse(self.source, mode=mode)
+            return ast.parse(source, mode=mode)
         except SyntaxError as exc:
             line = min(max(exc.lineno or 1, 1), len(self.lines))
             offset = exc.offset if exc.offset and exc.offset > 0 else len(self.lines[line - 1]) + 1  # eval: 0 at end

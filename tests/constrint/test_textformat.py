@@ -4,6 +4,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constrint import ConstrintError, Infeasible, Model, ParseError, parse
 from constrint.textformat import DEFAULT_DOMAIN, parse_expression
@@ -445,3 +447,64 @@ def test_reading_pauses_the_garbage_collector_and_restores_it(monkeypatch):
     finally:
         gc.enable()
     assert during == [False, False, False, False]
+
+
+# ---------------------------------------------------------------------------- python: declarations read fast
+
+def _reading(text: str):
+    """What parse makes of `text`: every variable's name and domain in order, every constraint's label and text;
+    or the ParseError's message and place."""
+    try:
+        m = parse(text)
+    except ParseError as exc:
+        return "error", exc.message, exc.line, exc.column
+    return ([(name, domain_of(m, name)) for name in m.variables], [(str(c), c.text()) for c in m.constraints])
+
+
+_GAP = st.sampled_from(["", " ", "  ", "\t", "\f"])
+_NAME = st.sampled_from(["x", "y", "z1", "_w", "in", "if", "x0"])
+_BOUND = st.tuples(st.sampled_from(["", "-", "+", "- "]), st.sampled_from(["0", "1", "7", "12", "007", "2**3"]))
+
+
+@st.composite
+def _interval_line(draw) -> str:
+    (sign_lo, lo), (sign_hi, hi) = draw(_BOUND), draw(_BOUND)
+    g = [draw(_GAP) for _ in range(6)]
+    dots = draw(st.sampled_from(["..", "...", ". ."]))
+    return f"{g[0]}{draw(_NAME)} in{g[1] or ' '}[{g[2]}{sign_lo}{lo}{g[3]}{dots}{g[4]}{sign_hi}{hi}]{g[5]}"
+
+
+_COMMENTS = st.sampled_from(["a", "(", "'"])
+_OTHER_LINES = st.sampled_from([
+    "", "# a comment with 'quotes'", "x + y <= 9", "x == [1, 2, 3]", "[0, 4] == y", "z1 in [2, 5]",
+    "(x +", "y in [0..3])", "x + \\", "x * 2 >= y  # (", "x in [1..4]; y <= 3", "s = 'x in [0..1]'",
+    "x in [0..2] or y in [1..2]", "_w in [0..1] and x <= 5",
+])
+_commented = st.builds(lambda line, comment: f"{line}  # {comment}", _interval_line(), _COMMENTS)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_interval_line(), _OTHER_LINES, _commented), max_size=8), st.sampled_from(["\n", "\r\n"]))
+def test_python_declarations_read_without_the_parser_read_as_with_it(lines, newline):
+    """Lines `NAME in [lo..hi]` are read without Python's parser (_PythonReader.intervals); any text reads the same
+    with and without that path: the same variables, domains and constraints in the same order, or the same error at
+    the same place (brackets open across lines, continued lines, keywords, leading zeros, signs, duplicates)."""
+    import constrint.textformat as textformat
+
+    text = newline.join(lines)
+    fast = _reading(text)
+    intervals = textformat._PythonReader.intervals
+    textformat._PythonReader.intervals = lambda self: {}
+    try:
+        assert _reading(text) == fast, text
+    finally:
+        textformat._PythonReader.intervals = intervals
+
+
+def test_python_interval_lines_take_the_fast_path():
+    """The lines that `intervals` reads: whole-line interval declarations outside brackets and continued lines."""
+    from constrint.textformat import _PythonReader
+
+    text = "x in [0..3]\n  y in [ -2 .. +5 ]  # y\n(z +\nw in [0..1])\nv + \\\nu in [0..1]\nif in [0..1]\nt in [01..2]"
+    assert _PythonReader(text).intervals() == {1: ("x", 0, 3), 2: ("y", -2, 5)}
+    assert _PythonReader("x in [0..3]\ns = 'a'\ny in [0..1]").intervals() == {1: ("x", 0, 3)}  # none past a quote
