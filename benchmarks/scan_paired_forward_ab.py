@@ -6,7 +6,8 @@ in (0.5, 1)); the outputs and gradients of the two plans are compared (they diff
 
 `--shapes`: instead, the paired plan against other chained block shapes (threads along D x thread rows x steps),
 each in a pair only; a shape "F/B" sets the backward's too (either side "plan": the solver's; "@N" after a side
-holds its launches to N blocks per SM); `--problems` picks problems of the list (BxTxD:dtype); writes
+holds its launches to N blocks per SM, "~W" lets a segment load only once the one W before it has published: a
+probe build); `--problems` gives the problems (BxTxD:dtype; default the list); writes
 scan_paired_forward_shapes.{csv,md}.
 
 Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8,plan/16x8x16]
@@ -26,7 +27,7 @@ from flashrnn_kernels.runtime import compile
 from flashrnn_kernels.runtime.device import device_gpu
 from flashrnn_kernels.scan import function as scan_function
 from flashrnn_kernels.scan.function import device_plan, run_scan
-from flashrnn_kernels.scan.plan import carry_plan
+from flashrnn_kernels.scan.plan import ScanPlan, carry_plan
 
 PROBLEMS = [((1, 65536, 64), torch.float32), ((4, 16384, 64), torch.float32), ((2, 16384, 128), torch.float32),
             ((1, 16384, 256), torch.float32), ((8, 4096, 128), torch.float32), ((1, 65536, 128), torch.bfloat16),
@@ -42,11 +43,25 @@ def _describe(p) -> str:
 
 CAPS: dict = {}
 """plan -> blocks per SM that its launches are held to (a shape's "@N"), by padding their dynamic shared memory."""
+WINDOWS: dict = {}
+"""plan -> W (a shape's "~W"): a probe build in which segment s of a split lane starts loading only once segment
+s - W has published (at most W segments of a lane load at once, in order)."""
+WINDOW_ANCHOR = "        prologue(kept);"
+WINDOW_WAIT = """        if (seg >= %d) {  // probe: segment seg - W has published its map or final state
+            const unsigned e = counters != nullptr ? graph_epoch(counters, epoch) : static_cast<unsigned>(epoch);
+            if (threadIdx.x == 0 && threadIdx.y == 0) {
+                const word_t* w = seg_b + word0 + (long long)(seg - %d) * SCAN_TILE;
+                while (static_cast<unsigned>(load_word_relaxed(w) >> 33) != e) __nanosleep(32);
+            }
+            __syncthreads();
+        }
+"""
 
 
 def _chained(p, shape: str):
     """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p. A
     suffix "@N" holds its launches to N blocks per SM (CAPS)."""
+    shape, _, window = shape.partition("~")
     shape, _, cap = shape.partition("@")
     if shape != "plan":
         threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
@@ -55,7 +70,20 @@ def _chained(p, shape: str):
     if cap:
         p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 1)  # a plan of its own, as a key of CAPS
         CAPS[p] = int(cap)
+    if window:
+        p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 2)
+        WINDOWS[p] = int(window)
     return p
+
+
+def _window_source(p) -> str:
+    """The plan's kernel source, with the probe's wait (WINDOW_WAIT) where p is in WINDOWS."""
+    source = SHIPPED_SOURCE(p)
+    if p not in WINDOWS:
+        return source
+    if source.count(WINDOW_ANCHOR) != 1:
+        raise RuntimeError("the window probe's anchor is not unique in scan.cu")
+    return source.replace(WINDOW_ANCHOR, WINDOW_WAIT % (WINDOWS[p], WINDOWS[p]) + WINDOW_ANCHOR)
 
 
 def _capped_launch(p, B, T, D, element_size, device):
@@ -73,6 +101,7 @@ def _capped_launch(p, B, T, D, element_size, device):
 
 
 SHIPPED_LAUNCH = scan_function._launch_of
+SHIPPED_SOURCE = ScanPlan.source
 
 
 def _pair(p, a, b, dy, backward=None):
@@ -85,10 +114,12 @@ def _pair(p, a, b, dy, backward=None):
 
 def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> None:
     scan_function._launch_of = _capped_launch  # run_scan's launches of the plans in CAPS are held to their caps
+    ScanPlan.source = _window_source  # and those in WINDOWS compiled from the probe's source
     rows = []
-    for shape, dtype in PROBLEMS:
-        if problems is not None and f"{'x'.join(map(str, shape))}:{NAMES[dtype]}" not in problems:
-            continue
+    dtypes = {name: dtype for dtype, name in NAMES.items()}
+    chosen = PROBLEMS if problems is None else [
+        (tuple(int(v) for v in text.split(":")[0].split("x")), dtypes[text.split(":")[1]]) for text in problems]
+    for shape, dtype in chosen:
         a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
         b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
         paired = device_plan("linear", a, "forward", paired=True)
@@ -123,7 +154,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--shapes", help="comma-separated chained block shapes, threads_d x threads_t x steps, "
                         "or forward/backward shapes")
-    parser.add_argument("--problems", help="with --shapes: comma-separated problems of PROBLEMS, BxTxD:dtype")
+    parser.add_argument("--problems", help="with --shapes: comma-separated problems BxTxD:dtype (default PROBLEMS)")
     args = parser.parse_args()
     if args.shapes:
         sweep(args.shapes.split(","), args.rounds, args.problems.split(",") if args.problems else None)
