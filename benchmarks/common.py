@@ -404,6 +404,16 @@ def parse_shapes(text: str, every: tuple[tuple[int, int], ...]) -> tuple[tuple[i
         raise argparse.ArgumentTypeError(f"shapes must look like '64:12,768:1' (DH:NH pairs) or 'all', got {text!r}")
 
 
+def probe_source(source: str, patches: Sequence[tuple[str, str]]) -> str:
+    """A kernel source for a probe build: each (anchor, text) of `patches` inserts text before its anchor, which must
+    occur exactly once (a changed kernel source fails loudly instead of building an unpatched probe)."""
+    for anchor, text in patches:
+        if source.count(anchor) != 1:
+            raise RuntimeError(f"the probe's anchor {anchor!r} occurs {source.count(anchor)} times in the source")
+        source = source.replace(anchor, text + anchor)
+    return source
+
+
 def randn(*shape: int, dtype: torch.dtype, device: str | torch.device, scale: float = 1.0,
           requires_grad: bool = False) -> torch.Tensor:
     """Random normal tensor times ``scale`` (never zeros), created in float32 then cast to ``dtype``."""

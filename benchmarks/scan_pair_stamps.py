@@ -52,12 +52,7 @@ SHIPPED_SOURCE = ScanPlan.source
 
 def probe_source(plan: ScanPlan) -> str:
     """`plan`'s kernel source with the stamps (PATCHES)."""
-    source = SHIPPED_SOURCE(plan)
-    for anchor, text in PATCHES:
-        if source.count(anchor) != 1:
-            raise RuntimeError(f"the probe's anchor {anchor!r} is not unique in scan.cu")
-        source = source.replace(anchor, text + anchor)
-    return source
+    return common.probe_source(SHIPPED_SOURCE(plan), PATCHES)
 
 
 def summary(name: str, stamps: np.ndarray, slots: int) -> list[dict]:

@@ -78,12 +78,9 @@ def _chained(p, shape: str):
 
 def _window_source(p) -> str:
     """The plan's kernel source, with the probe's wait (WINDOW_WAIT) where p is in WINDOWS."""
-    source = SHIPPED_SOURCE(p)
     if p not in WINDOWS:
-        return source
-    if source.count(WINDOW_ANCHOR) != 1:
-        raise RuntimeError("the window probe's anchor is not unique in scan.cu")
-    return source.replace(WINDOW_ANCHOR, WINDOW_WAIT % (WINDOWS[p], WINDOWS[p]) + WINDOW_ANCHOR)
+        return SHIPPED_SOURCE(p)
+    return common.probe_source(SHIPPED_SOURCE(p), [(WINDOW_ANCHOR, WINDOW_WAIT % (WINDOWS[p], WINDOWS[p]))])
 
 
 def _capped_launch(p, B, T, D, element_size, device):
