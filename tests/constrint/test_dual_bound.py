@@ -133,28 +133,37 @@ def test_optima_through_the_relaxation_agree_with_brute_force():
                 assert optimise(objective).objective == expected, (rows, weights, sense)
 
 
-def test_a_max_min_objective_is_bounded_through_its_sums():
-    """maximize t with t <= each of two sums under a capacity (a variable, not a sum, is the objective): past 30 s
-    at 40 items without the relaxation, at once with it; 16 items here, against every subset."""
+def _max_min(sense: str, seed: int, n: int):
+    """(model, t, items, the two rows of values, the optimum over every subset): max t with t <= each row's sum
+    under a capacity, or min t with t >= each over a covering row."""
     import numpy as np
 
-    from constrint.dual_bound import dual_bounds
-
-    rng = random.Random(3)
-    n = 16
+    rng = random.Random(seed)
     weights = [rng.randint(5, 40) for _ in range(n)]
     values = [[rng.randint(0, 60) for _ in range(n)] for _ in range(2)]
     m = Model()
     xs = [m.int_var(0, 1, f"x{i}") for i in range(n)]
     t = m.int_var(0, 10**5, "t")
-    m.add(sum(w * x for w, x in zip(weights, xs)) <= sum(weights) // 3)
+    load = sum(w * x for w, x in zip(weights, xs))
+    m.add(load <= sum(weights) // 3 if sense == "max" else load >= sum(weights) // 2)
     for row in values:
-        m.add(t <= sum(v * x for v, x in zip(row, xs)))
+        total = sum(v * x for v, x in zip(row, xs))
+        m.add(t <= total if sense == "max" else t >= total)
+    subsets = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
+    loads = subsets @ np.array(weights)
+    fits = loads <= sum(weights) // 3 if sense == "max" else loads >= sum(weights) // 2
+    sums = [subsets[fits] @ np.array(row) for row in values]
+    return m, t, xs, values, np.minimum(*sums).max() if sense == "max" else np.maximum(*sums).min()
+
+
+def test_a_max_min_objective_is_bounded_through_its_sums():
+    """maximize t with t <= each of two sums under a capacity (a variable, not a sum, is the objective): past 30 s
+    at 40 items without the relaxation, at once with it; 16 items here, against every subset."""
+    from constrint.dual_bound import dual_bounds
+
+    m, t, xs, values, expected = _max_min("max", 3, 16)
     flat = _flattened(m)
     assert dual_bounds(flat.props, flat.var_of(t), flat.n_user, "max", flat.store)
-    subsets = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
-    fits = subsets @ np.array(weights) <= sum(weights) // 3
-    expected = np.minimum(*(subsets[fits] @ np.array(row) for row in values)).max()
     best = m.maximize(t, time_limit=60)
     assert best.objective == expected
     assert all(sum(v * best[x] for v, x in zip(row, xs)) >= best.objective for row in values)
@@ -166,8 +175,6 @@ def test_a_node_solve_leaves_the_held_side_of_a_variable_objective_open(sense, m
     + 1, or t <= the best - 1) from the root's box, so that a node short of the held value gets an optimum below it,
     which the bound prunes, instead of an infeasible program and a second, elastic one; the optimum is every
     subset's best."""
-    import numpy as np
-
     from constrint import dual_bound
 
     boxes = []  # t's column bounds (column 0: the objective's variables come first) in the nodes' solves
@@ -179,26 +186,7 @@ def test_a_node_solve_leaves_the_held_side_of_a_variable_objective_open(sense, m
         return optimum(self, lo, hi, cuts)
 
     monkeypatch.setattr(dual_bound._Program, "optimum", recorded)
-    rng = random.Random(5)
-    n = 15
-    weights = [rng.randint(5, 40) for _ in range(n)]
-    values = [[rng.randint(0, 60) for _ in range(n)] for _ in range(2)]
-    m = Model()
-    xs = [m.int_var(0, 1, f"x{i}") for i in range(n)]
-    t = m.int_var(0, 10**5, "t")
-    if sense == "max":
-        m.add(sum(w * x for w, x in zip(weights, xs)) <= sum(weights) // 3)
-        for row in values:
-            m.add(t <= sum(v * x for v, x in zip(row, xs)))
-    else:
-        m.add(sum(w * x for w, x in zip(weights, xs)) >= sum(weights) // 2)
-        for row in values:
-            m.add(t >= sum(v * x for v, x in zip(row, xs)))
-    subsets = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
-    load = subsets @ np.array(weights)
-    fits = load <= sum(weights) // 3 if sense == "max" else load >= sum(weights) // 2
-    sums = [subsets[fits] @ np.array(row) for row in values]
-    expected = np.minimum(*sums).max() if sense == "max" else np.maximum(*sums).min()
+    m, t, _, _, expected = _max_min(sense, 5, 15)
     best = m.maximize(t, time_limit=60) if sense == "max" else m.minimize(t, time_limit=60)
     assert best.objective == expected
     assert len(boxes) > 3
