@@ -15,7 +15,7 @@ import argparse
 import torch
 
 from flashrnn_kernels.scan import linear_scan
-from scan_pair_timeline import DTYPES, _elementwise_pair
+from scan_pair_timeline import DTYPES, _elementwise_pair, pair_graph
 
 
 def main() -> None:
@@ -31,16 +31,7 @@ def main() -> None:
     b = torch.randn(shape, device="cuda").to(dtype).requires_grad_()
     dy = torch.randn(shape, device="cuda").to(dtype)
     for scan in (linear_scan, _elementwise_pair()):
-        def pair():
-            return torch.autograd.grad(scan(a, b), (a, b), dy)
-
-        for _ in range(3):
-            pair()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(args.pairs):
-                pair()
+        graph, _ = pair_graph(scan, a, b, dy, args.pairs)
         for _ in range(args.replays):
             graph.replay()
         torch.cuda.synchronize()

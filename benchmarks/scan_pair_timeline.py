@@ -91,8 +91,9 @@ def _kernels(prof) -> list[tuple[str, int, int]]:
     return sorted(found, key=lambda k: k[1])
 
 
-def timeline(scan, a, b, dy, pairs: int) -> dict:
-    """The pair's kernels in one replay of a graph of `pairs` pairs (medians over the pairs, us)."""
+def pair_graph(scan, a, b, dy, pairs: int):
+    """(a CUDA graph of `pairs` forward + backward pairs of `scan` (torch.autograd.grad with dL/dh `dy`), one pair as a
+    function), after three eager pairs."""
     def pair():
         return torch.autograd.grad(scan(a, b), (a, b), dy)
 
@@ -103,6 +104,12 @@ def timeline(scan, a, b, dy, pairs: int) -> dict:
     with torch.cuda.graph(graph):
         for _ in range(pairs):
             pair()
+    return graph, pair
+
+
+def timeline(scan, a, b, dy, pairs: int) -> dict:
+    """The pair's kernels in one replay of a graph of `pairs` pairs (medians over the pairs, us)."""
+    graph, pair = pair_graph(scan, a, b, dy, pairs)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
