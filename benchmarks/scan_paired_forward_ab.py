@@ -60,7 +60,7 @@ WINDOW_WAIT = """        if (seg >= %d) {  // probe: segment seg - W has publish
 
 def _chained(p, shape: str):
     """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p. A
-    suffix "@N" holds its launches to N blocks per SM (CAPS)."""
+    suffix "@N" holds its launches to N blocks per SM (CAPS), "~W" compiles it from the window probe (WINDOWS)."""
     shape, _, window = shape.partition("~")
     shape, _, cap = shape.partition("@")
     if shape != "plan":
@@ -70,7 +70,7 @@ def _chained(p, shape: str):
     if cap:
         p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 1)  # a plan of its own, as a key of CAPS
         CAPS[p] = int(cap)
-    if window:
+    if window:  # a plan of its own too: the compiled kernels are cached per plan (function._kernel)
         p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 2)
         WINDOWS[p] = int(window)
     return p
