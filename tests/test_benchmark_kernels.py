@@ -1,5 +1,5 @@
 """The benchmarks' own CUDA kernels compile with nvcc, without spills: step_products.cu for sm_80 (mma.sync) and
-sm_90a (mma.sync and wgmma)."""
+sm_90a (mma.sync and wgmma), load_engines.cu for sm_90 (bulk copies)."""
 from __future__ import annotations
 
 import re
@@ -10,16 +10,64 @@ import pytest
 
 from tests.nvcc import NVCC, requires_nvcc
 
-SOURCE = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "step_products.cu"
+KERNELS = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels"
+
+
+def _compile(tmp_path, source: Path, arch: str, *options: str) -> str:
+    """nvcc's log of `source` compiled for `arch`, checked to have succeeded without spills."""
+    result = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", *options, "-o",
+                             str(tmp_path / "k.cubin"), str(source)], capture_output=True, text=True)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert spills and all(s == ("0", "0") for s in spills), log
+    return log
 
 
 @requires_nvcc
 @pytest.mark.parametrize("arch,kernels", [("sm_80", {"step_mma_sync"}), ("sm_90a", {"step_mma_sync", "step_wgmma"})])
 def test_step_products_compiles_without_spills(tmp_path, arch, kernels):
-    result = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
-                             str(SOURCE)], capture_output=True, text=True)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log
+    log = _compile(tmp_path, KERNELS / "step_products.cu", arch)
     assert set(re.findall(r"Compiling entry function '(\w+)'", log)) == kernels, log
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert spills and all(s == ("0", "0") for s in spills), log
+
+
+@requires_nvcc
+def test_load_engines_compiles_without_spills(tmp_path):
+    log = _compile(tmp_path, KERNELS / "load_engines.cu", "sm_90", "-std=c++17", "-DSTAGES=4")
+    assert set(re.findall(r"Compiling entry function '(\w+)'", log)) == {"bulk", "per_thread", "registers"}, log
+
+
+@pytest.fixture
+def scan_probe(monkeypatch):
+    """benchmarks/scan_probe_ab.py as a module, with the plans of the thin linear_scan pair on an H100."""
+    import hwmodels
+    from flashrnn_kernels.scan.plan import plan
+    from flashrnn_kernels.scan.problem import ScanProblem
+
+    monkeypatch.syspath_prepend(str(KERNELS.parent))  # the script imports its sibling `common`
+    module = pytest.importorskip("scan_probe_ab")
+    gpu = hwmodels.load("h100")
+    plans = [plan(ScanProblem.for_shape("linear", 1, 65536, 64, dtype, direction, paired=direction == "forward"), gpu)
+             for dtype in ("float32", "bfloat16") for direction in ("forward", "backward")]
+    return module, plans
+
+
+def test_scan_probes_patch_the_kernel(scan_probe):
+    """Every probe's anchors are still in scan.cu (probe_source fails otherwise) and change its source."""
+    module, plans = scan_probe
+    for p in plans:
+        for name in module.PROBES:
+            variant = module._variant(p, name)
+            assert module._source(variant) != p.source(), name
+
+
+@requires_nvcc
+@pytest.mark.parametrize("name", ["nostore_nolookback", "sleep100", "stcs_all"])
+def test_scan_probe_builds_compile_without_spills(tmp_path, scan_probe, name):
+    from tests.nvcc import RUNTIME_OPTIONS
+
+    module, plans = scan_probe
+    for p in plans:
+        source = tmp_path / f"{p.problem.direction}_{p.problem.dtype}.cu"
+        source.write_text(module._source(module._variant(p, name)))
+        _compile(tmp_path, source, "sm_90", *RUNTIME_OPTIONS)

@@ -1,0 +1,150 @@
+"""Probe builds of the scan kernel against the shipped one: each variant (PROBES) patches scan.cu's source
+(common.probe_source) for every plan it runs.
+
+Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
+backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
+turns over --rounds rounds in one process, on random inputs (decays in (0.5, 1)). Every variant's outputs and
+gradients are checked against a float64 reference (reference.linear_scan_chunked, the backward as the reverse scan).
+
+Usage: python benchmarks/scan_probe_ab.py [--rounds 6] [--variants sleep100,sleep400] [--problems 1x65536x64:fp32,...]
+Writes scan_probe_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+
+import torch
+
+import common
+from flashrnn_kernels.scan.function import device_plan, run_scan
+from flashrnn_kernels.scan.plan import ScanPlan
+from flashrnn_kernels.scan.reference import linear_scan_chunked
+
+PROBLEMS = ["1x65536x64:fp32", "1x65536x64:bf16", "4x16384x64:fp32", "1x65536x256:fp32", "8x4096x1536:fp32",
+            "8x4096x1536:bf16"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+POLL = "                } while (stale != 0);"
+
+
+def _sleep(ns: int) -> list[tuple[str, str]]:
+    """A look-back row whose predecessor's words are not all published sleeps `ns` before it polls them again."""
+    return [(POLL, f"                    if (stale != 0) __nanosleep({ns});\n")]
+
+
+SKIP = "                if (T < 0)  // probe: never\n"
+NO_STORES = [(f"                {line};", SKIP) for line in (
+    "if constexpr ((SCAN_WANTED & 1) != 0) store_pack(y1 + off, g1)",
+    "if constexpr ((SCAN_WANTED & 2) != 0) store_pack(y2 + off, g2)", "store_pack(y1 + off, state)")]
+"""Wrong results, a timing probe: the outputs are computed and never stored."""
+NO_LOOKBACK = [("        for (int base = seg - 1; base >= 0; base -= SCAN_THREADS_T) {", SKIP[8:])]
+"""Wrong results, a timing probe: no segment looks back (each takes 0 as its carry-in)."""
+
+
+
+def _evict_first(when: str) -> list[tuple[str, str]]:
+    """Outputs stored evict-first (__stcs: st.global.cs) where the condition `when` holds (e.g. SCAN_REVERSE: the
+    backward's gradients only)."""
+    return [("    *reinterpret_cast<pack_t*>(p) = out;\n}", f"""    if constexpr (sizeof(pack_t) == 16 && ({when})) {{
+        __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&out));
+        return;
+    }}
+""")]
+
+
+PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
+          "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
+          "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
+          "stcs_all": _evict_first("true")}
+"""variant name -> the (anchor, inserted text) patches of its build."""
+
+VARIANTS: dict = {}
+"""plan -> the name of its probe build."""
+SHIPPED_SOURCE = ScanPlan.source
+
+
+def _source(p) -> str:
+    return common.probe_source(SHIPPED_SOURCE(p), PROBES[VARIANTS[p]]) if p in VARIANTS else SHIPPED_SOURCE(p)
+
+
+def _variant(p, v: str):
+    """Plan p built as probe v ("base": the shipped source): a plan of its own (the kernels are cached per plan)."""
+    if v == "base":
+        return p
+    q = dataclasses.replace(p, estimate_ns=p.estimate_ns + 1 + list(PROBES).index(v))
+    VARIANTS[q] = v
+    return q
+
+
+def _reference(a, b, dy):
+    """h, da, db in float64: the forward scan, and the backward's reverse scan dh_t = dy_t + a_{t+1} dh_{t+1}."""
+    a, b, dy = (x.double() for x in (a, b, dy))
+    h = linear_scan_chunked(a, b)
+    a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], 1)
+    dh = linear_scan_chunked(a_next.flip(1), dy.flip(1)).flip(1)
+    h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)
+    return h, dh * h_prev, dh
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--variants", default="sleep100,sleep400,sleep1600")
+    parser.add_argument("--problems", default=",".join(PROBLEMS))
+    args = parser.parse_args()
+    ScanPlan.source = _source
+    variants = ["base", *args.variants.split(",")]
+    rows = []
+    for text in args.problems.split(","):
+        shape, dtype = tuple(int(v) for v in text.split(":")[0].split("x")), DTYPES[text.split(":")[1]]
+        a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+        b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
+        expected = _reference(a, b, dy)
+        base_f = device_plan("linear", a, "forward", paired=True)
+        base_b = device_plan("linear", a, "backward")
+        alone = device_plan("linear", a, "forward")
+        plans = {v: (_variant(base_f, v), _variant(base_b, v), _variant(alone, v)) for v in variants}
+        errors = {}
+        for v, (pf, pb, pa) in plans.items():
+            (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pf)
+            da, db = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb)[:2]
+            (h_alone,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pa)
+            errors[v] = max(common.relative_error(x, y) for x, y in zip((h, da, db, h_alone), (*expected, expected[0])))
+        times: dict = {}
+        for r in range(args.rounds):
+            for v in (variants if r % 2 == 0 else variants[::-1]):
+                pf, pb, pa = plans[v]
+
+                def pair(pf=pf, pb=pb):
+                    (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pf)
+                    return run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb)
+
+                def forward(pa=pa):
+                    return run_scan("linear", "forward", (a, b), None, kernel_plan=pa)
+
+                times.setdefault((v, "pair"), []).append(common.time_graph(pair) * 1e3)
+                times.setdefault((v, "forward"), []).append(common.time_graph(forward) * 1e3)
+        us = {key: statistics.median(values) for key, values in times.items()}
+        row = {"problem": text, "plans (paired fwd / bwd / fwd alone)": " / ".join(
+            f"{p.carry} {p.threads_d}x{p.threads_t}x{p.steps}" for p in (base_f, base_b, alone)),
+            "pair us": us["base", "pair"], "forward us": us["base", "forward"], "error base": errors["base"]}
+        for v in variants[1:]:
+            row[f"pair {v}"] = us[v, "pair"] / us["base", "pair"]
+            row[f"forward {v}"] = us[v, "forward"] / us["base", "forward"]
+            row[f"error {v}"] = errors[v]
+        rows.append(row)
+        print(row, flush=True)
+    print(common.write_results(
+        "scan_probe_ab", rows, title="linear_scan: probe builds of the scan kernel against the shipped one",
+        notes=[f"{args.rounds} alternating rounds; median device time per call (CUDA graphs of 10 calls), the pair "
+               "and the forward alone, each variant's relative to the shipped kernel's (base). sleepN: a look-back "
+               "row sleeps N ns (__nanosleep) before polling unpublished words again; nostore (wrong results): "
+               "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; stcs: outputs "
+               "stored evict-first (__stcs), of the backward, the forward or all. "
+               "error: largest relative error of h, da, db (and the forward alone's h) against float64."]))
+
+
+if __name__ == "__main__":
+    main()
