@@ -1,14 +1,19 @@
 """The benchmarks' own CUDA kernels compile with nvcc, without spills: step_products.cu for sm_80 (mma.sync) and
-sm_90a (mma.sync and wgmma), load_engines.cu for sm_90 (bulk copies)."""
+sm_90a (mma.sync and wgmma), load_engines.cu for sm_90 (bulk copies), and the scan kernel's probe builds of
+scan_probe_ab.py (their patches still apply to scan.cu)."""
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.nvcc import NVCC, requires_nvcc
+import hwmodels
+from flashrnn_kernels.scan.plan import plan
+from flashrnn_kernels.scan.problem import ScanProblem
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
 
 KERNELS = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels"
 
@@ -40,12 +45,8 @@ def test_load_engines_compiles_without_spills(tmp_path):
 @pytest.fixture
 def scan_probe(monkeypatch):
     """benchmarks/scan_probe_ab.py as a module, with the plans of the thin linear_scan pair on an H100."""
-    import hwmodels
-    from flashrnn_kernels.scan.plan import plan
-    from flashrnn_kernels.scan.problem import ScanProblem
-
     monkeypatch.syspath_prepend(str(KERNELS.parent))  # the script imports its sibling `common`
-    module = pytest.importorskip("scan_probe_ab")
+    module = importlib.import_module("scan_probe_ab")
     gpu = hwmodels.load("h100")
     plans = [plan(ScanProblem.for_shape("linear", 1, 65536, 64, dtype, direction, paired=direction == "forward"), gpu)
              for dtype in ("float32", "bfloat16") for direction in ("forward", "backward")]
@@ -64,8 +65,6 @@ def test_scan_probes_patch_the_kernel(scan_probe):
 @requires_nvcc
 @pytest.mark.parametrize("name", ["nostore_nolookback", "sleep100", "stcs_all"])
 def test_scan_probe_builds_compile_without_spills(tmp_path, scan_probe, name):
-    from tests.nvcc import RUNTIME_OPTIONS
-
     module, plans = scan_probe
     for p in plans:
         source = tmp_path / f"{p.problem.direction}_{p.problem.dtype}.cu"
