@@ -54,10 +54,16 @@ def _evict_first(when: str) -> list[tuple[str, str]]:
 """)]
 
 
+NO_SCAN = [("        float fa[SCAN_VEC], fb[SCAN_VEC];\n", "        if (T > 0) return;  // probe: no fold\n"),
+           ("#pragma unroll\n        for (int i = 0; i < SCAN_STEPS; ++i) {\n            const int s = at.s0 + i;\n"
+            "            if (decltype(full)::value || s < T) {", "        if (T > 0) return;  // probe: no rescan\n")]
+"""Wrong results, a timing probe: the staged chunks are neither folded nor rescanned (phase 2 and the look-back's
+composition still run)."""
+
 PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
-          "stcs_all": _evict_first("true")}
+          "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
 VARIANTS: dict = {}
@@ -141,9 +147,10 @@ def main() -> None:
         notes=[f"{args.rounds} alternating rounds; median device time per call (CUDA graphs of 10 calls), the pair "
                "and the forward alone, each variant's relative to the shipped kernel's (base). sleepN: a look-back "
                "row sleeps N ns (__nanosleep) before polling unpublished words again; nostore (wrong results): "
-               "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; stcs: outputs "
-               "stored evict-first (__stcs), of the backward, the forward or all. "
-               "error: largest relative error of h, da, db (and the forward alone's h) against float64."]))
+               "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; noscan "
+               "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
+               "the backward, the forward or all. error: largest relative error of h, da, db (and the forward "
+               "alone's h) against float64."]))
 
 
 if __name__ == "__main__":
