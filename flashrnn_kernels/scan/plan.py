@@ -623,9 +623,12 @@ def objective(m: constrint.Model):
     """The modelled time, then whole lanes, then for the minGRU / minLSTM kernels' whole lanes
     (WorkModel.prefer_small_blocks) blocks of fewer warps (H200, 2026-12-01, `bench_scan.py --gate-sweep`, 16 kernels:
     blocks of 4 warps were the fastest in 13 and within 1.1% of it in the other 3; the best blocks of 8 warps took up to
-    1.29x as long, of 16 warps up to 1.78x), fewer rows (shorter phase 2), more threads along D and, for chained
-    segments, steps per thread nearer WorkModel.chained_steps (measured faster where the model ties: H200, linear_scan
-    [1, 65536, 64] bf16 chained, 16 steps 14.6 us, 8 steps 16.6 us; the gate cells' forward above), then, for the linear
+    1.29x as long, of 16 warps up to 1.78x), for chained segments steps per thread nearer WorkModel.chained_steps
+    (measured faster where the model ties: H200, linear_scan [1, 65536, 64] bf16 chained forward, 16 steps 14.6 us, 8
+    steps 16.6 us; the gate cells' forward above; on the H100, whose bandwidth bound hides the backward's
+    chained_off_ns, the linear backward's 8 steps in 8 x 32 threads took 0.79-0.90x the bf16 pairs' time of 16 steps in
+    8 x 16 and 0.99-1.01x the fp32 ones', results/scan_backward_plans_h100.md), then fewer rows (shorter phase 2), more
+    threads along D, then, for the linear
     scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16
     x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us), then
     fewer stages (less shared memory, so more blocks per SM where it limits them; for resident segments also fewer
@@ -636,10 +639,11 @@ def objective(m: constrint.Model):
     1536] 8 steps and 2 stages, 135 us, where 4 steps and 3 stages take 175 us; minGRU bf16 backward, minGRU fp32
     forward and minLSTM bf16 forward at [8, T, 1536] 0.877-1.022x the time with 2 stages instead of 3-4, geometric
     mean 0.969 over T = 256, 4,096, 65,536; results/scan_plan_ties_ab.md). Each term's weight exceeds the sum of the
-    later ones."""
+    later ones (blocks of fewer warps count for whole lanes only and steps for chained segments only, so those two
+    never meet)."""
     v = m.var
-    ties = (8192 * (v("resident") + v("chained")) + 65 * v("preferred_block_warps") + v("threads_t")
-            + 32 // v("threads_d") + 4 * v("chained") * v("steps_from_preferred"))
+    ties = (8192 * (v("resident") + v("chained")) + 65 * v("preferred_block_warps")
+            + 65 * v("chained") * v("steps_from_preferred") + v("threads_t") + 32 // v("threads_d"))
     return (2**35 * v("time_ns") + 2**20 * ties + 2**15 * (16 - v("preferred_occupancy"))
             + 2**9 * (16 * (v("stages") - 1) + v("steps") - 2) + v("threads_d"))
 

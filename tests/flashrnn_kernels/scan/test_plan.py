@@ -237,6 +237,20 @@ def test_ties_of_the_time_model_are_broken_by_the_objective(case):
     assert best["stages"] == 2 and (cell != "linear" or best["steps"] == 8)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_tied_chained_backwards_take_the_preferred_steps(dtype):
+    """On an H100 the waves' bandwidth bound hides the chained backward's chained_off_ns, so the time model ties 8 x 32
+    threads of 8 steps with 8 x 16 of 16; the objective takes the steps nearer WorkModel.chained_steps before fewer
+    rows (8 x 32 x 8 took 0.79-0.90x the bf16 pairs' time there; results/scan_backward_plans_h100.md)."""
+    gpu = hwmodels.load("H100-SXM5-80GB")
+    problem = ScanProblem.for_shape("linear", 1, 65536, 64, dtype, "backward")
+    p = plan(problem, gpu)
+    assert (p.carry, p.threads_d, p.threads_t, p.steps) == ("chained", 8, 32, 8)
+    assert p.steps == WORK_MODELS["linear"].chained_steps[1]
+    fewer_rows = carry_plan(problem, gpu, "chained", threads_d=8, threads_t=16, steps=16, vec=p.vec)
+    assert fewer_rows.estimate_ns == p.estimate_ns  # a tie of the time model, which the objective breaks
+
+
 def test_tiny_hidden_sizes_have_plans():
     """D of a few channels (an 8-channel fp32 row is 2 threads of 4): fewer than four warps, the rows at their
     most."""
