@@ -43,7 +43,6 @@ NO_LOOKBACK = [("        for (int base = seg - 1; base >= 0; base -= SCAN_THREAD
 """Wrong results, a timing probe: no segment looks back (each takes 0 as its carry-in)."""
 
 
-
 def _evict_first(when: str) -> list[tuple[str, str]]:
     """Outputs stored evict-first (__stcs: st.global.cs) where the condition `when` holds (e.g. SCAN_REVERSE: the
     backward's gradients only)."""

@@ -628,9 +628,9 @@ def objective(m: constrint.Model):
     steps 16.6 us; the gate cells' forward above; on the H100, whose bandwidth bound hides the backward's
     chained_off_ns, the linear backward's 8 steps in 8 x 32 threads took 0.79-0.90x the bf16 pairs' time of 16 steps in
     8 x 16 and 0.99-1.01x the fp32 ones', results/scan_backward_plans_h100.md), then fewer rows (shorter phase 2), more
-    threads along D, then, for the linear
-    scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16
-    x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us), then
+    threads along D, then, for the linear scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200,
+    linear_scan [8, 4096, 1536] fp32, blocks of 16 x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8
+    steps and 3 stages, 4 blocks, 161.3 us), then
     fewer stages (less shared memory, so more blocks per SM where it limits them; for resident segments also fewer
     registers: prefix_register_need), then fewer steps per thread, then fewer threads along D (where the term above
     no longer tells them apart: chained blocks half as wide at two per SM took 0.895-0.996x the time,
