@@ -67,12 +67,12 @@ def _chained(p, shape: str):
         threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
         p = carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
                        vec=p.vec)
-    if cap:
-        p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 1)  # a plan of its own, as a key of CAPS
-        CAPS[p] = int(cap)
-    if window:  # a plan of its own too: the compiled kernels are cached per plan (function._kernel)
-        p = dataclasses.replace(p, estimate_ns=p.estimate_ns + 2)
-        WINDOWS[p] = int(window)
+    if cap or window:  # a plan of its own, the key of both its cap and its window
+        p = common.distinct_plan(p)
+        if cap:
+            CAPS[p] = int(cap)
+        if window:
+            WINDOWS[p] = int(window)
     return p
 
 

@@ -12,7 +12,6 @@ Writes scan_probe_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 
 import torch
@@ -75,10 +74,10 @@ def _source(p) -> str:
 
 
 def _variant(p, v: str):
-    """Plan p built as probe v ("base": the shipped source): a plan of its own (the kernels are cached per plan)."""
+    """Plan p built as probe v ("base": the shipped source), a plan of its own (common.distinct_plan)."""
     if v == "base":
         return p
-    q = dataclasses.replace(p, estimate_ns=p.estimate_ns + 1 + list(PROBES).index(v))
+    q = common.distinct_plan(p)
     VARIANTS[q] = v
     return q
 

@@ -70,3 +70,18 @@ def test_scan_probe_builds_compile_without_spills(tmp_path, scan_probe, name):
         source = tmp_path / f"{p.problem.direction}_{p.problem.dtype}.cu"
         source.write_text(module._source(module._variant(p, name)))
         _compile(tmp_path, source, "sm_90", *RUNTIME_OPTIONS)
+
+
+def test_probe_plans_of_one_plan_keep_their_own_caps_and_windows(scan_probe, monkeypatch):
+    """Each probe of a plan is a plan of its own (common.distinct_plan): caps of 1 and 2 blocks per SM, windows of 33
+    and 66 segments and their combinations each keep their value (one key shared between them had run them all with
+    the last one registered)."""
+    module, plans = scan_probe
+    ab = importlib.import_module("scan_paired_forward_ab")
+    shapes = ["plan@1", "plan@2", "plan~33", "plan~66", "plan@1~33", "plan@2~66"]
+    probes = {shape: ab._chained(plans[0], shape) for shape in shapes}
+    assert len(set(probes.values())) == len(shapes) and plans[0] not in probes.values()
+    assert [ab.CAPS.get(probes[s]) for s in shapes] == [1, 2, None, None, 1, 2]
+    assert [ab.WINDOWS.get(probes[s]) for s in shapes] == [None, None, 33, 66, 33, 66]
+    variants = [module._variant(plans[0], name) for name in module.PROBES]
+    assert len(set(variants) | set(probes.values())) == len(variants) + len(shapes)
