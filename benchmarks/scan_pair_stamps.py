@@ -24,8 +24,8 @@ from flashrnn_kernels.runtime.compile import load_module
 from flashrnn_kernels.scan import linear_scan
 from flashrnn_kernels.scan import function as scan_function
 from flashrnn_kernels.scan.plan import ScanPlan
+from scan_pair_timeline import DTYPES
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 POINTS = ("start", "pass A folded", "look-back done", "end")
 STAMPS = 5  # per block: the four points, then the SM
 PATCHES = [  # (anchor in scan.cu, text inserted before it)

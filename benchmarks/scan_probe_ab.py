@@ -4,7 +4,7 @@
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
 turns over --rounds rounds in one process, on random inputs (decays in (0.5, 1)). Every variant's outputs and
-gradients are checked against a float64 reference (reference.linear_scan_chunked, the backward as the reverse scan).
+gradients are checked against a float64 reference (reference.linear_scan_chunked and its autograd gradients).
 
 Usage: python benchmarks/scan_probe_ab.py [--rounds 6] [--variants sleep100,sleep400] [--problems 1x65536x64:fp32,...]
 Writes scan_probe_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
@@ -20,10 +20,10 @@ import common
 from flashrnn_kernels.scan.function import device_plan, run_scan
 from flashrnn_kernels.scan.plan import ScanPlan
 from flashrnn_kernels.scan.reference import linear_scan_chunked
+from scan_pair_timeline import DTYPES
 
 PROBLEMS = ["1x65536x64:fp32", "1x65536x64:bf16", "4x16384x64:fp32", "1x65536x256:fp32", "8x4096x1536:fp32",
             "8x4096x1536:bf16"]
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 POLL = "                } while (stale != 0);"
 
@@ -83,13 +83,10 @@ def _variant(p, v: str):
 
 
 def _reference(a, b, dy):
-    """h, da, db in float64: the forward scan, and the backward's reverse scan dh_t = dy_t + a_{t+1} dh_{t+1}."""
-    a, b, dy = (x.double() for x in (a, b, dy))
+    """h, da, db in float64: linear_scan_chunked and its autograd gradients."""
+    a, b = (x.double().requires_grad_() for x in (a, b))
     h = linear_scan_chunked(a, b)
-    a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], 1)
-    dh = linear_scan_chunked(a_next.flip(1), dy.flip(1)).flip(1)
-    h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)
-    return h, dh * h_prev, dh
+    return h.detach(), *torch.autograd.grad(h, (a, b), dy.double())
 
 
 def main() -> None:
