@@ -426,6 +426,28 @@ def distinct_plan(plan: Any) -> Any:
     return dataclasses.replace(plan, estimate_ns=plan.estimate_ns + next(_NUDGES))
 
 
+PROBE_PATCHES: dict = {}
+"""plan -> the (anchor, text) patches of its probe build (probe_plan)."""
+
+
+def probe_plan(plan: Any, patches: Sequence[tuple[str, str]] = ()) -> Any:
+    """`plan` as a plan of its own (distinct_plan), built from its kernel source with `patches` (probe_source; none:
+    the shipped source) wherever its class's `source` is probe_build_source."""
+    probe = distinct_plan(plan)
+    if patches:
+        PROBE_PATCHES[probe] = list(patches)
+    return probe
+
+
+def probe_build_source(shipped: Callable[[Any], str]) -> Callable[[Any], str]:
+    """A `source` for a plan class whose shipped one is `shipped`: the plans of probe_plan get their patched source
+    (a script sets, e.g., ScanPlan.source = probe_build_source(ScanPlan.source))."""
+    def source(plan: Any) -> str:
+        text = shipped(plan)
+        return probe_source(text, PROBE_PATCHES[plan]) if plan in PROBE_PATCHES else text
+    return source
+
+
 def randn(*shape: int, dtype: torch.dtype, device: str | torch.device, scale: float = 1.0,
           requires_grad: bool = False) -> torch.Tensor:
     """Random normal tensor times ``scale`` (never zeros), created in float32 then cast to ``dtype``."""

@@ -43,44 +43,36 @@ def _describe(p) -> str:
 
 CAPS: dict = {}
 """plan -> blocks per SM that its launches are held to (a shape's "@N"), by padding their dynamic shared memory."""
-WINDOWS: dict = {}
-"""plan -> W (a shape's "~W"): a probe build in which segment s of a split lane starts loading only once segment
-s - W has published (at most W segments of a lane load at once, in order)."""
-WINDOW_ANCHOR = "        prologue(kept);"
-WINDOW_WAIT = """        if (seg >= %d) {  // probe: segment seg - W has published its map or final state
+
+
+def window(w: int) -> list[tuple[str, str]]:
+    """The patch of a window probe (a shape's "~W"): segment s of a split lane starts loading only once segment
+    s - W has published (at most W segments of a lane load at once, in order)."""
+    return [("        prologue(kept);", f"""        if (seg >= {w}) {{  // probe: segment seg - W has published
             const unsigned e = counters != nullptr ? graph_epoch(counters, epoch) : static_cast<unsigned>(epoch);
-            if (threadIdx.x == 0 && threadIdx.y == 0) {
-                const word_t* w = seg_b + word0 + (long long)(seg - %d) * SCAN_TILE;
+            if (threadIdx.x == 0 && threadIdx.y == 0) {{
+                const word_t* w = seg_b + word0 + (long long)(seg - {w}) * SCAN_TILE;
                 while (static_cast<unsigned>(load_word_relaxed(w) >> 33) != e) __nanosleep(32);
-            }
+            }}
             __syncthreads();
-        }
-"""
+        }}
+""")]
 
 
 def _chained(p, shape: str):
     """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p. A
-    suffix "@N" holds its launches to N blocks per SM (CAPS), "~W" compiles it from the window probe (WINDOWS)."""
-    shape, _, window = shape.partition("~")
+    suffix "@N" holds its launches to N blocks per SM (CAPS), "~W" builds it as the window probe (window)."""
+    shape, _, w = shape.partition("~")
     shape, _, cap = shape.partition("@")
     if shape != "plan":
         threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
         p = carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
                        vec=p.vec)
-    if cap or window:  # a plan of its own, the key of both its cap and its window
-        p = common.distinct_plan(p)
+    if cap or w:  # a plan of its own, the key of both its cap and its window
+        p = common.probe_plan(p, window(int(w)) if w else ())
         if cap:
             CAPS[p] = int(cap)
-        if window:
-            WINDOWS[p] = int(window)
     return p
-
-
-def _window_source(p) -> str:
-    """The plan's kernel source, with the probe's wait (WINDOW_WAIT) where p is in WINDOWS."""
-    if p not in WINDOWS:
-        return SHIPPED_SOURCE(p)
-    return common.probe_source(SHIPPED_SOURCE(p), [(WINDOW_ANCHOR, WINDOW_WAIT % (WINDOWS[p], WINDOWS[p]))])
 
 
 def _capped_launch(p, B, T, D, element_size, device):
@@ -98,7 +90,6 @@ def _capped_launch(p, B, T, D, element_size, device):
 
 
 SHIPPED_LAUNCH = scan_function._launch_of
-SHIPPED_SOURCE = ScanPlan.source
 
 
 def _pair(p, a, b, dy, backward=None):
@@ -111,7 +102,7 @@ def _pair(p, a, b, dy, backward=None):
 
 def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> None:
     scan_function._launch_of = _capped_launch  # run_scan's launches of the plans in CAPS are held to their caps
-    ScanPlan.source = _window_source  # and those in WINDOWS compiled from the probe's source
+    ScanPlan.source = common.probe_build_source(ScanPlan.source)  # and the window probes built as such
     rows = []
     dtypes = {name: dtype for dtype, name in NAMES.items()}
     chosen = PROBLEMS if problems is None else [

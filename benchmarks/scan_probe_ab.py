@@ -64,22 +64,12 @@ PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)},
           "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
-VARIANTS: dict = {}
-"""plan -> the name of its probe build."""
-SHIPPED_SOURCE = ScanPlan.source
-
-
-def _source(p) -> str:
-    return common.probe_source(SHIPPED_SOURCE(p), PROBES[VARIANTS[p]]) if p in VARIANTS else SHIPPED_SOURCE(p)
+_source = common.probe_build_source(ScanPlan.source)
 
 
 def _variant(p, v: str):
-    """Plan p built as probe v ("base": the shipped source), a plan of its own (common.distinct_plan)."""
-    if v == "base":
-        return p
-    q = common.distinct_plan(p)
-    VARIANTS[q] = v
-    return q
+    """Plan p built as probe v ("base": p itself, the shipped source), a plan of its own (common.probe_plan)."""
+    return p if v == "base" else common.probe_plan(p, PROBES[v])
 
 
 def _reference(a, b, dy):
