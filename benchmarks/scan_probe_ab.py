@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import numpy as np
 import torch
 
 import common
-from flashrnn_kernels.runtime.launch import as_args
-from flashrnn_kernels.scan import function as scan_function
 from flashrnn_kernels.scan.function import device_plan, run_scan
 from flashrnn_kernels.scan.plan import ScanPlan
 from flashrnn_kernels.scan.reference import linear_scan_chunked
@@ -61,84 +58,18 @@ NO_SCAN = [("        float fa[SCAN_VEC], fb[SCAN_VEC];\n", "        if (T > 0) r
 """Wrong results, a timing probe: the staged chunks are neither folded nor rescanned (phase 2 and the look-back's
 composition still run)."""
 
-ENTRY = "    float carry[SCAN_OWNED];"
-PDL_WAIT = """    asm volatile("griddepcontrol.wait;" ::: "memory");  // probe: the previous kernel's writes are visible
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next kernel may launch
-"""
-PDL = [(ENTRY, PDL_WAIT)]
-"""Programmatic dependent launch (launched with the stream-serialization attribute, _pdl_launch): a launch may start
-while the previous kernel on the stream ends; each block waits for it at entry, then lets the next kernel launch, so
-that the next kernel's blocks become resident during this one's tail and wait there."""
-PDL_PREFETCH = [(ENTRY, """#if SCAN_REVERSE && SCAN_CELL == 0
-    for (int c = first; c < end && c < first + SCAN_STAGES - 1; ++c) {  // probe: a_{t+1} of the first chunks to L2
-        const ChunkAt at(c, lane, d_tiles, T, D);
-        for (int i = 0; at.active && i < SCAN_STEPS && at.s0 + i < T; ++i)
-            if (at.s0 + i > 0)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(x1 + at.base + (long long)i * at.step + D));
-    }
-#endif
-""" + PDL_WAIT)]
-"""PDL, and the backward prefetching into L2, before it waits, the decays of the chunks its prologue stages: a saved
-input of the forward, which no kernel after the forward writes (dy and h may come from the previous kernel)."""
-
 PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
-          "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
-          "pdl": PDL, "pdl_prefetch": PDL_PREFETCH}
+          "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN}
 """variant name -> the (anchor, inserted text) patches of its build."""
-PDL_PROBES = {"pdl", "pdl_prefetch"}
 
 _source = common.probe_build_source(ScanPlan.source)
 
 
-_PDL_PLANS: set = set()
-_PDL_FUNCTIONS: set = set()  # the CUfunction handles of _PDL_PLANS' compiled kernels
-
-
 def _variant(p, v: str):
     """Plan p built as probe v ("base": p itself, the shipped source), a plan of its own (common.probe_plan)."""
-    if v == "base":
-        return p
-    q = common.probe_plan(p, PROBES[v])
-    if v in PDL_PROBES:
-        _PDL_PLANS.add(q)
-    return q
-
-
-def _kernel(p, device: int):
-    kernel = SHIPPED_KERNEL(p, device)
-    if p in _PDL_PLANS:
-        _PDL_FUNCTIONS.add(kernel.kernel.ptr)
-    return kernel
-
-
-def _pdl_launch(kernel, grid, block, args, shared_mem=0, device=None, stream=None, **options):
-    """runtime.launch, except for the kernels of _PDL_PLANS: cuLaunchKernelEx with programmatic stream serialization."""
-    if kernel.kernel.ptr not in _PDL_FUNCTIONS:
-        return SHIPPED_LAUNCH(kernel, grid, block, args, shared_mem=shared_mem, device=device, stream=stream,
-                              **options)
-    from cuda.bindings import driver
-
-    values = [np.asarray(v) for v in as_args(args)]
-    params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
-    config = driver.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = (*grid, 1, 1)[:3]
-    config.blockDimX, config.blockDimY, config.blockDimZ = (*block, 1, 1)[:3]
-    config.sharedMemBytes = shared_mem
-    config.hStream = driver.CUstream(stream)
-    attribute = driver.CUlaunchAttribute()
-    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attribute.value.programmaticStreamSerializationAllowed = 1
-    config.attrs = [attribute]
-    config.numAttrs = 1
-    (err,) = driver.cuLaunchKernelEx(config, driver.CUfunction(kernel.kernel.ptr), params.ctypes.data, 0)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuLaunchKernelEx (programmatic stream serialization) failed: {err}")
-
-
-SHIPPED_KERNEL = scan_function._kernel
-SHIPPED_LAUNCH = scan_function.launch
+    return p if v == "base" else common.probe_plan(p, PROBES[v])
 
 
 def _reference(a, b, dy):
@@ -155,7 +86,6 @@ def main() -> None:
     parser.add_argument("--problems", default=",".join(PROBLEMS))
     args = parser.parse_args()
     ScanPlan.source = _source
-    scan_function._kernel, scan_function.launch = _kernel, _pdl_launch
     variants = ["base", *args.variants.split(",")]
     rows = []
     for text in args.problems.split(","):
@@ -204,10 +134,8 @@ def main() -> None:
                "row sleeps N ns (__nanosleep) before polling unpublished words again; nostore (wrong results): "
                "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; noscan "
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
-               "the backward, the forward or all; pdl: programmatic dependent launches (each block waits for the "
-               "previous kernel at entry, then lets the next launch); pdl_prefetch: and the backward prefetches its "
-               "first chunks' decays into L2 before it waits. error: largest relative error of h, da, db (and the "
-               "forward alone's h) against float64."]))
+               "the backward, the forward or all. error: largest relative error of h, da, db (and the forward "
+               "alone's h) against float64."]))
 
 
 if __name__ == "__main__":

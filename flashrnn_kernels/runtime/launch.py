@@ -8,6 +8,7 @@ returns. Arguments are converted as `as_args` converts them: tensors and None be
 ints and bools int32 (OverflowError outside its range), floats float32; the numpy scalars int32, uint32, int64,
 uint64 and float32 keep their width. Any other argument type, a value `struct` refuses (an int beyond int32, a
 float beyond float32) and a thread without a current CUDA context take CuPy's own launch, whose result is the same.
+A programmatic dependent launch (`launch(..., programmatic=True)`) passes the same block to cuLaunchKernelEx.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ _cupy_streams: dict[tuple[int, int], Any] = {}
 _local = threading.local()  # .blocks: {(id(kernel), device index, argument types): _ParamBlock or None}
 _launch_dims_cache: dict[tuple, tuple[int, ...]] = {}
 _LAUNCH_DIMS_KEPT = 4096
+_programmatic_devices: dict[int, bool] = {}
+_programmatic_configs: dict[tuple, tuple[Any, Any]] = {}  # (function, dims, smem, stream) -> (config, CUfunction)
 
 _POINTER, _INT32 = "Q", "i4x"  # little-endian slot layouts: 8 bytes, or 4 bytes then 4 zero bytes
 _NUMPY_SLOTS = {np.int32: _INT32, np.uint32: "I4x", np.int64: "q", np.uint64: "Q", np.float32: "f4x"}
@@ -236,15 +239,54 @@ def _launch_clustered_cooperative(kernel: Any, grid: tuple[int, ...], block: tup
         raise RuntimeError(f"cuLaunchKernelEx of {kernel.name} (cooperative, clustered) failed: {err}")
 
 
+def _programmatic_available(index: int) -> bool:
+    """Whether launches on device `index` can be programmatic dependent launches: sm_90 or newer, and cuda-bindings
+    (for cuLaunchKernelEx) importable."""
+    found = _programmatic_devices.get(index)
+    if found is None:
+        found = torch.cuda.get_device_capability(index) >= (9, 0) and clustered_cooperative_available()
+        _programmatic_devices[index] = found
+    return found
+
+
+def _launch_programmatic(prepared: _ParamBlock, dims: tuple[int, ...], shared_mem: int, handle: int) -> None:
+    """cuLaunchKernelEx of a prepared parameter block with programmatic stream serialization allowed, its launch
+    configuration made once per (function, shape, shared memory, stream)."""
+    from cuda.bindings import driver
+
+    key = (prepared.handle, dims, shared_mem, handle)
+    found = _programmatic_configs.get(key)
+    if found is None:
+        config = driver.CUlaunchConfig()
+        (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
+         config.blockDimZ) = dims
+        config.sharedMemBytes = shared_mem
+        config.hStream = driver.CUstream(handle)
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        if len(_programmatic_configs) >= _LAUNCH_DIMS_KEPT:
+            _programmatic_configs.clear()
+        found = _programmatic_configs[key] = (config, driver.CUfunction(prepared.handle))
+    (err,) = driver.cuLaunchKernelEx(found[0], found[1], prepared.kernel_params, 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernelEx of {prepared.kernel.name} (programmatic dependent launch) failed: {err}")
+
+
 def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0,
            device: torch.device | None = None, stream: torch.cuda.Stream | int | None = None,
-           cooperative: bool = False, clustered: bool = False) -> None:
+           cooperative: bool = False, clustered: bool = False, programmatic: bool = False) -> None:
     """Launch `kernel` (a `cupy.RawKernel`) on `stream`: a `torch.cuda.Stream`, a raw stream handle of `device`, or
     None for torch's current stream of `device` (`device` itself defaulting to the current device). `cooperative`
     launches it with cuLaunchCooperativeKernel, which runs every block at once or fails (blocks that wait on each
     other need that guarantee); a grid too large for the GPU then raises a RuntimeError that says so. `clustered`
     (with `cooperative`): the kernel has cluster dimensions compiled in, so the launch goes through cuLaunchKernelEx
-    (`clustered_cooperative_available`).
+    (`clustered_cooperative_available`). `programmatic`: a programmatic dependent launch (cuLaunchKernelEx with
+    programmatic stream serialization), which may begin while the previous kernel on the stream ends, for a kernel
+    whose blocks wait for it (griddepcontrol.wait) before they touch memory; on sm_90 and newer with cuda-bindings and
+    a prepared parameter block, a plain launch otherwise.
 
     When the stream's device is CuPy's current device, the launch goes straight to the driver with this thread's
     prepared parameter block (see the module docstring), or, for arguments it does not cover, through the kernel's
@@ -285,6 +327,9 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
             prepared = None
     if prepared is None:
         kernel.kernel(tuple(grid), tuple(block), as_args(args), shared_mem, cupy_stream(index, handle))
+        return
+    if programmatic and _programmatic_available(index):
+        _launch_programmatic(prepared, _launch_dims(grid, block), shared_mem, handle)
         return
     cupy.cuda.driver.launchKernel(prepared.handle, *_launch_dims(grid, block), shared_mem, handle,
                                   prepared.kernel_params, 0)

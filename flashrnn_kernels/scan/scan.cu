@@ -345,6 +345,13 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     elem_t* __restrict__ y1, elem_t* __restrict__ y2, elem_t* __restrict__ y3, float* __restrict__ grad_h0,
     word_t* __restrict__ seg_a, word_t* __restrict__ seg_b, unsigned long long* __restrict__ counters, int T, int D,
     int d_tiles, int lanes, int segments, int epoch) {
+#if __CUDA_ARCH__ >= 900
+    // A programmatic dependent launch (function.py's launches on sm_90 and newer) may start while the previous kernel
+    // on the stream ends: every block waits for it before it touches memory, then lets the next launch start its
+    // blocks, which wait the same way (a plain launch returns from both at once).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     // The staged chunks start on a 128-byte boundary (plan.STAGE_ALIGN) whatever the size of the static rows below:
     // 16 bytes off it, the whole-lane linear scan at [8, 4096, 1536] took 23% (fp32) and 18% (bf16) longer on the H200.
     extern __shared__ __align__(128) unsigned char s_raw[];

@@ -304,3 +304,75 @@ def test_cooperative_grid_too_large_says_why(fake):
         launch(kernel, (48, 3), (256,), (None,), device=DEVICE, stream=STREAM, cooperative=True)
     launch(kernel, (48, 3), (256,), (None,), device=DEVICE, stream=STREAM)  # an ordinary launch is not limited
     assert len(fake.launches) == 1 and kernel.kernel.calls == []
+
+
+def fake_bindings(monkeypatch, fake, capability=(9, 0)):
+    """A fake `cuda.bindings.driver` whose cuLaunchKernelEx reads the parameter block as the fake launchKernel does,
+    on a device of compute capability `capability`; its launches go to fake.launches with their configuration."""
+    def launch_ex(config, function, kernel_params, extra):
+        sizes = fake.functions[function[1]].sizes
+        slots = (ctypes.c_uint64 * len(sizes)).from_address(kernel_params) if sizes else []
+        fake.launches.append({
+            "ex": True, "function": function[1], "config": config, "kernel_params": kernel_params, "extra": extra,
+            "grid": (config.gridDimX, config.gridDimY, config.gridDimZ),
+            "block": (config.blockDimX, config.blockDimY, config.blockDimZ), "smem": config.sharedMemBytes,
+            "stream": config.hStream[1], "attrs": [(a.id, vars(a.value)) for a in config.attrs[:config.numAttrs]],
+            "bytes": [ctypes.string_at(address, size) for address, size in zip(slots, sizes)]})
+        return (0,)
+
+    class Value:
+        programmaticStreamSerializationAllowed = 0
+
+    class Attribute:
+        def __init__(self):
+            self.id, self.value = None, Value()
+
+    driver = types.SimpleNamespace(
+        CUlaunchConfig=types.SimpleNamespace, CUlaunchAttribute=Attribute, CUstream=lambda h: ("stream", h),
+        CUfunction=lambda h: ("function", h), cuLaunchKernelEx=launch_ex,
+        CUresult=types.SimpleNamespace(CUDA_SUCCESS=0),
+        CUlaunchAttributeID=types.SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION="serialization"))
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = driver
+    package = types.ModuleType("cuda")
+    package.bindings = bindings
+    for name, module in (("cuda", package), ("cuda.bindings", bindings), ("cuda.bindings.driver", driver)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(launch_module, "_programmatic_devices", {})
+    monkeypatch.setattr(launch_module, "_programmatic_configs", {})
+
+
+def test_programmatic_launch_passes_the_block_to_cuLaunchKernelEx(fake, monkeypatch):
+    fake_bindings(monkeypatch, fake)
+    kernel = FakeKernel(fake, (8, 4, 4))
+    t, u = torch.ones(2), torch.ones(3)
+    launch(kernel, (5, 2), (32, 4), (t, -3, 0.5), shared_mem=2048, device=DEVICE, stream=STREAM, programmatic=True)
+    launch(kernel, (5, 2), (32, 4), (u, 9, 2.0), shared_mem=2048, device=DEVICE, stream=STREAM, programmatic=True)
+    launch(kernel, (5, 2), (32, 4), (u, 9, 2.0), shared_mem=2048, device=DEVICE, stream=STREAM + 1, programmatic=True)
+    one, two, three = fake.launches
+    assert one["ex"] and one["function"] == kernel.kernel.ptr and one["extra"] == 0
+    assert one["grid"] == (5, 2, 1) and one["block"] == (32, 4, 1) and one["smem"] == 2048 and one["stream"] == STREAM
+    assert one["attrs"] == [("serialization", {"programmaticStreamSerializationAllowed": 1})]
+    assert one["bytes"] == expected_bytes((t, -3, 0.5)) and two["bytes"] == expected_bytes((u, 9, 2.0))
+    assert one["config"] is two["config"] and one["kernel_params"] == two["kernel_params"]  # made once, reused
+    assert three["stream"] == STREAM + 1 and three["config"] is not one["config"]
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (8, 9)])
+def test_programmatic_launch_is_a_plain_one_before_sm_90(fake, monkeypatch, capability):
+    fake_bindings(monkeypatch, fake, capability)
+    kernel = FakeKernel(fake, (8,))
+    launch(kernel, (1,), (32,), (torch.ones(1),), device=DEVICE, stream=STREAM, programmatic=True)
+    (record,) = fake.launches
+    assert "ex" not in record and record["stream"] == STREAM
+
+
+def test_programmatic_launch_is_a_plain_one_without_cuda_bindings(fake, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.setattr(launch_module, "_programmatic_devices", {})
+    kernel, t = FakeKernel(fake, (8,)), torch.ones(1)
+    launch(kernel, (1,), (32,), (t,), device=DEVICE, stream=STREAM, programmatic=True)
+    (record,) = fake.launches
+    assert "ex" not in record and record["bytes"] == expected_bytes((t,))
