@@ -214,6 +214,22 @@ def _too_large(kernel: Any, grid: tuple[int, ...], detail: str = "") -> RuntimeE
                         f"this GPU holds (fewer SMs than its model, MIG, or other work?){detail}")
 
 
+def _launch_config(driver: Any, dims: tuple[int, ...], shared_mem: int, handle: int, attribute: str,
+                   field: str) -> Any:
+    """A cuLaunchKernelEx configuration: grid and block `dims` (six extents), `shared_mem` bytes, raw stream `handle`
+    and one launch attribute, CU_LAUNCH_ATTRIBUTE_<attribute>, whose value's `field` is 1."""
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY, config.blockDimZ = dims
+    config.sharedMemBytes = shared_mem
+    config.hStream = driver.CUstream(handle)
+    value = driver.CUlaunchAttribute()
+    value.id = getattr(driver.CUlaunchAttributeID, f"CU_LAUNCH_ATTRIBUTE_{attribute}")
+    setattr(value.value, field, 1)
+    config.attrs = [value]
+    config.numAttrs = 1
+    return config
+
+
 def _launch_clustered_cooperative(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                                   shared_mem: int, handle: int) -> None:
     """cuLaunchKernelEx with the cooperative attribute, for a kernel whose cluster dimensions are compiled in
@@ -222,16 +238,7 @@ def _launch_clustered_cooperative(kernel: Any, grid: tuple[int, ...], block: tup
 
     values = [np.asarray(v) for v in as_args(args)]  # 0-d arrays hold each argument's bytes
     params = np.array([v.ctypes.data for v in values], dtype=np.uint64)
-    config = driver.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = _dims(grid)
-    config.blockDimX, config.blockDimY, config.blockDimZ = _dims(block)
-    config.sharedMemBytes = shared_mem
-    config.hStream = driver.CUstream(handle)
-    attribute = driver.CUlaunchAttribute()
-    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-    attribute.value.cooperative = 1
-    config.attrs = [attribute]
-    config.numAttrs = 1
+    config = _launch_config(driver, (*_dims(grid), *_dims(block)), shared_mem, handle, "COOPERATIVE", "cooperative")
     (err,) = driver.cuLaunchKernelEx(config, driver.CUfunction(kernel.kernel.ptr), params.ctypes.data, 0)
     if err == driver.CUresult.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
         raise _too_large(kernel, grid)
@@ -257,16 +264,8 @@ def _launch_programmatic(prepared: _ParamBlock, dims: tuple[int, ...], shared_me
     key = (prepared.handle, dims, shared_mem, handle)
     found = _programmatic_configs.get(key)
     if found is None:
-        config = driver.CUlaunchConfig()
-        (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
-         config.blockDimZ) = dims
-        config.sharedMemBytes = shared_mem
-        config.hStream = driver.CUstream(handle)
-        attribute = driver.CUlaunchAttribute()
-        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attribute.value.programmaticStreamSerializationAllowed = 1
-        config.attrs = [attribute]
-        config.numAttrs = 1
+        config = _launch_config(driver, dims, shared_mem, handle, "PROGRAMMATIC_STREAM_SERIALIZATION",
+                                "programmaticStreamSerializationAllowed")
         if len(_programmatic_configs) >= _LAUNCH_DIMS_KEPT:
             _programmatic_configs.clear()
         found = _programmatic_configs[key] = (config, driver.CUfunction(prepared.handle))

@@ -330,8 +330,9 @@ def fake_bindings(monkeypatch, fake, capability=(9, 0)):
     driver = types.SimpleNamespace(
         CUlaunchConfig=types.SimpleNamespace, CUlaunchAttribute=Attribute, CUstream=lambda h: ("stream", h),
         CUfunction=lambda h: ("function", h), cuLaunchKernelEx=launch_ex,
-        CUresult=types.SimpleNamespace(CUDA_SUCCESS=0),
-        CUlaunchAttributeID=types.SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION="serialization"))
+        CUresult=types.SimpleNamespace(CUDA_SUCCESS=0, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE=720),
+        CUlaunchAttributeID=types.SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION="serialization",
+                                                  CU_LAUNCH_ATTRIBUTE_COOPERATIVE="cooperative"))
     bindings = types.ModuleType("cuda.bindings")
     bindings.driver = driver
     package = types.ModuleType("cuda")
@@ -376,3 +377,15 @@ def test_programmatic_launch_is_a_plain_one_without_cuda_bindings(fake, monkeypa
     launch(kernel, (1,), (32,), (t,), device=DEVICE, stream=STREAM, programmatic=True)
     (record,) = fake.launches
     assert "ex" not in record and record["bytes"] == expected_bytes((t,))
+
+
+def test_clustered_cooperative_launch_passes_its_arguments_to_cuLaunchKernelEx(fake, monkeypatch):
+    fake_bindings(monkeypatch, fake)
+    kernel = FakeKernel(fake, (8, 4))
+    t = torch.ones(4)
+    launch(kernel, (48, 2), (256,), (t, 7), shared_mem=1024, device=DEVICE, stream=STREAM, cooperative=True,
+           clustered=True)
+    (record,) = fake.launches
+    assert record["ex"] and record["function"] == kernel.kernel.ptr and record["stream"] == STREAM
+    assert record["grid"] == (48, 2, 1) and record["block"] == (256, 1, 1) and record["smem"] == 1024
+    assert record["attrs"] == [("cooperative", {"cooperative": 1})] and record["bytes"] == expected_bytes((t, 7))
