@@ -73,7 +73,7 @@ def test_scan_probe_builds_compile_without_spills(tmp_path, scan_probe, name):
 
 
 def test_probe_plans_of_one_plan_keep_their_own_caps_and_windows(scan_probe, monkeypatch):
-    """Each probe of a plan is a plan of its own (common.distinct_plan): caps of 1 and 2 blocks per SM, windows of 33
+    """Each probe of a plan is a plan of its own (common.probe_plan): caps of 1 and 2 blocks per SM, windows of 33
     and 66 segments and their combinations each keep their value (one key shared between them had run them all with
     the last one registered)."""
     module, plans = scan_probe

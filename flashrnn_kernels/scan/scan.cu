@@ -346,9 +346,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     word_t* __restrict__ seg_a, word_t* __restrict__ seg_b, unsigned long long* __restrict__ counters, int T, int D,
     int d_tiles, int lanes, int segments, int epoch) {
 #if __CUDA_ARCH__ >= 900
-    // A programmatic dependent launch (function.py's launches on sm_90 and newer) may start while the previous kernel
-    // on the stream ends: every block waits for it before it touches memory, then lets the next launch start its
-    // blocks, which wait the same way (a plain launch returns from both at once).
+    // A programmatic dependent launch (function.py's of backwards and paired forwards, on sm_90 and newer) may start
+    // while the previous kernel on the stream ends: every block waits for it before it touches memory, then lets the
+    // next launch start its blocks, which wait the same way (in a plain launch both return at once).
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
