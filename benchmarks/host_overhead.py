@@ -2,8 +2,9 @@
 
 For a short scan (linear_scan [8, 256, 1536] fp32) and a fused LSTM forward (12 heads x 64, B=16, T=1024, bf16)
 it reports the CUDA-event time of one call (what the benchmarks measure), the device time of its kernels (torch
-profiler), and the host time of one call made on an idle GPU (so that a full launch queue cannot block it); then a
-cProfile of calls on an idle GPU, sorted by own time. Results: results/host_overhead.md and
+profiler), and the host time of one call made on an idle GPU (so that a full launch queue cannot block it); the
+scan's launch and its eager forward+backward also as programmatic dependent launches (cuLaunchKernelEx) against plain
+ones (cuLaunchKernel); then a cProfile of calls on an idle GPU, sorted by own time. Results: results/host_overhead.md and
 host_overhead_profile.txt.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from common import machine_line, results_dir, time_cuda, write_results
 
 from flashrnn_kernels import flashrnn, linear_scan
+from flashrnn_kernels.runtime import launch as launch_module
 from flashrnn_kernels.runtime.launch import launch
 from flashrnn_kernels.scan.function import _kernel, device_plan, run_scan
 
@@ -49,9 +51,25 @@ def device_us(fn, calls: int = 50) -> float:
     return total / calls
 
 
+def plain_launches(fn):
+    """`fn` with programmatic dependent launches turned off on the current device (every launch a plain one)."""
+    index = torch.cuda.current_device()
+
+    def call():
+        launch_module._programmatic_available(index)
+        kept = launch_module._programmatic_devices[index]
+        launch_module._programmatic_devices[index] = False
+        try:
+            return fn()
+        finally:
+            launch_module._programmatic_devices[index] = kept
+    return call
+
+
 def cases() -> dict:
     a = torch.rand(8, 256, 1536, device="cuda") * 0.5 + 0.5
     b = torch.randn(8, 256, 1536, device="cuda")
+    a_grad, b_grad, dy = a.clone().requires_grad_(), b.clone().requires_grad_(), torch.randn_like(b)
     B, T, NH, DH = 16, 1024, 12, 64
     Wx = torch.randn(B, T, 4, NH, DH, device="cuda", dtype=torch.bfloat16)
     R = (torch.randn(4, NH, DH, DH, device="cuda") / DH**0.5).to(torch.bfloat16)
@@ -69,6 +87,12 @@ def cases() -> dict:
         "run_scan (launcher, no checks or op)": lambda: run_scan("linear", "forward", (a, b), None),
         "launch() (driver call)": lambda: launch(kernel, *launch_shape, (*args, next(epochs)),
                                                  shared_mem=p.stage_bytes),
+        "launch() programmatic (cuLaunchKernelEx)": lambda: launch(kernel, *launch_shape, (*args, next(epochs)),
+                                                                   shared_mem=p.stage_bytes, programmatic=True),
+        "linear_scan forward+backward (programmatic backward)": lambda: torch.autograd.grad(
+            linear_scan(a_grad, b_grad), (a_grad, b_grad), dy),
+        "linear_scan forward+backward (plain launches)": plain_launches(lambda: torch.autograd.grad(
+            linear_scan(a_grad, b_grad), (a_grad, b_grad), dy)),
         "fused LSTM 12x64 B=16 T=1024 bf16 forward": lambda: flashrnn(Wx, R, bias, backend="fused"),
         "torch.empty_like (reference point)": lambda: torch.empty_like(empty),
     }

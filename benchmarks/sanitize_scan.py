@@ -1,18 +1,20 @@
 """Small multi-chunk scans (linear, minGRU, minLSTM; forward + backward) for compute-sanitizer, in each carry mode.
 
-[B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of
-the chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole
-lanes; resident segments and chained one-chunk segments, both with the look-back; resident segments of several
-chunks, see `plans`), and its backward once more asked for the last input's gradient alone (`grad<i>*`). With
---graphs, the split-lane pairs instead, captured into a CUDA graph and replayed with the
-epochs that the launches make on the device cycling (the look-back words of a spare, `function.GraphWorkspaces`);
-capture needs torch's caching allocator, so run that without PYTORCH_NO_CUDA_MEMORY_CACHING. Exits 1 if any output
-or gradient is not finite or is far from the float64 reference loop; run it as
+[B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of the
+chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole lanes;
+resident segments and chained one-chunk segments, both with the look-back; resident segments of several chunks, and
+the split-lane plans of torch's deterministic mode, see `plans`), and its backward once more asked for the last
+input's gradient alone (`grad<i>*`). With --graphs, the split-lane pairs instead, captured into a CUDA graph and
+replayed with the epochs that the launches make on the device cycling (the look-back words of a spare,
+`function.GraphWorkspaces`); capture needs torch's caching allocator, so run that without
+PYTORCH_NO_CUDA_MEMORY_CACHING. Exits 1 if any output or gradient is not finite or is far from the float64 reference
+loop; run it as
 ``compute-sanitizer --tool racecheck python3 benchmarks/sanitize_scan.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -32,13 +34,16 @@ CASES = {"linear": (reference.linear_scan_loop, 2), "min_gru": (reference.min_gr
 def plans(name: str, dtype: torch.dtype, gpu) -> list:
     """(label, forward plan, backward plan): the best plan of every carry mode, then the resident plans on fewer SMs,
     so that their segments hold up to `stages` chunks (pass B rescans them from shared memory) and one more (pass B
-    stages them again)."""
+    stages them again), then the split-lane plans of torch's deterministic mode (SCAN_DETERMINISTIC)."""
     pairs = [(carry, *(kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
                        for d in ("forward", "backward"))) for carry in CARRIES]
     resident = next(pair[1:] for pair in pairs if pair[0] == "resident")
     for extra in (0, 1):
         fewer = [p.on_fewer_sms(B * p.d_tiles(D), p.chunks(T), p.stages + extra) for p in resident]
         pairs.append((f"resident stages+{extra}", *fewer))
+    for carry, *split in [pair for pair in pairs if pair[0] in ("resident", "chained")]:
+        pairs.append((f"{carry} deterministic", *(dataclasses.replace(
+            p, problem=dataclasses.replace(p.problem, deterministic=True)) for p in split)))
     return pairs
 
 

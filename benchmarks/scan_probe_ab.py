@@ -1,17 +1,20 @@
 """Probe builds of the scan kernel against the shipped one: each variant (PROBES) patches scan.cu's source
-(common.probe_source) for every plan it runs.
+(common.probe_source) for every plan it runs; "deterministic" runs the plans of torch's deterministic mode.
 
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
-turns over --rounds rounds in one process, on random inputs (decays in (0.5, 1)). Every variant's outputs and
-gradients are checked against a float64 reference (reference.linear_scan_chunked and its autograd gradients).
+turns over --rounds rounds in one process, on random inputs (decays in (0.5, 1), or with --decays near-one in
+(0.999, 1)). Every variant's outputs and gradients are checked against a float64 reference
+(reference.linear_scan_chunked and its autograd gradients).
 
 Usage: python benchmarks/scan_probe_ab.py [--rounds 6] [--variants sleep100,sleep400] [--problems 1x65536x64:fp32,...]
-Writes scan_probe_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
+       [--decays near-one] [--name scan_probe_ab]
+Writes scan_probe_ab.{csv,md} (or --name's) to BENCH_RESULTS_DIR (default benchmarks/results).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 
 import torch
@@ -20,6 +23,7 @@ import common
 from flashrnn_kernels.scan.function import device_plan, run_scan
 from flashrnn_kernels.scan.plan import ScanPlan
 from flashrnn_kernels.scan.reference import linear_scan_chunked
+from bench_scan import THIN_DECAYS
 from scan_pair_timeline import DTYPES
 
 PROBLEMS = ["1x65536x64:fp32", "1x65536x64:bf16", "4x16384x64:fp32", "1x65536x256:fp32", "8x4096x1536:fp32",
@@ -68,7 +72,10 @@ _source = common.probe_build_source(ScanPlan.source)
 
 
 def _variant(p, v: str):
-    """Plan p built as probe v ("base": p itself, the shipped source), a plan of its own (common.probe_plan)."""
+    """Plan p built as probe v ("base": p itself, the shipped source; "deterministic": p for its problem under
+    torch.use_deterministic_algorithms), a plan of its own (common.probe_plan)."""
+    if v == "deterministic":
+        return dataclasses.replace(p, problem=dataclasses.replace(p.problem, deterministic=True))
     return p if v == "base" else common.probe_plan(p, PROBES[v])
 
 
@@ -84,13 +91,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--variants", default="sleep100,sleep400,sleep1600")
     parser.add_argument("--problems", default=",".join(PROBLEMS))
+    parser.add_argument("--decays", choices=tuple(THIN_DECAYS), default="half",
+                        help="decays uniform in (0.5, 1) or (0.999, 1), where no look-back ends early")
+    parser.add_argument("--name", default="scan_probe_ab", help="results file name")
     args = parser.parse_args()
     ScanPlan.source = _source
     variants = ["base", *args.variants.split(",")]
     rows = []
     for text in args.problems.split(","):
         shape, dtype = tuple(int(v) for v in text.split(":")[0].split("x")), DTYPES[text.split(":")[1]]
-        a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+        lo, hi = THIN_DECAYS[args.decays]
+        a = (torch.rand(shape, device="cuda") * (hi - lo) + lo).to(dtype)
         b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
         expected = _reference(a, b, dy)
         base_f = device_plan("linear", a, "forward", paired=True)
@@ -128,13 +139,15 @@ def main() -> None:
         rows.append(row)
         print(row, flush=True)
     print(common.write_results(
-        "scan_probe_ab", rows, title="linear_scan: probe builds of the scan kernel against the shipped one",
+        args.name, rows, title="linear_scan: probe builds of the scan kernel against the shipped one",
         notes=[f"{args.rounds} alternating rounds; median device time per call (CUDA graphs of 10 calls), the pair "
                "and the forward alone, each variant's relative to the shipped kernel's (base). sleepN: a look-back "
                "row sleeps N ns (__nanosleep) before polling unpublished words again; nostore (wrong results): "
                "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; noscan "
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
-               "the backward, the forward or all. error: largest relative error of h, da, db (and the forward "
+               "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
+               "(only segment 0 publishes its final state). decays: "
+               f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))
 
 

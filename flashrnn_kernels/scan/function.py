@@ -5,10 +5,10 @@ writes h; the backward runs the same kernel in reverse on dL/dh and the saved h 
 cell's inputs and of h0.
 
 Host path per call: the launch's sizes from a dict keyed by (cell, direction, device, dtype, B, T, D, wanted
-gradients, paired forward) (the plans themselves are solved once per bucket of B and T), for split lanes the
-workspace reused per stream (no allocation and no memset: every published word carries the launch's epoch), and one
-launch. A launch captured into a CUDA graph takes a workspace zeroed ahead by an eager call and its epoch from the
-device (GraphWorkspaces).
+gradients, paired forward, torch's deterministic mode) (the plans themselves are solved once per bucket of B and T),
+for split lanes the workspace reused per stream (no allocation and no memset: every published word carries the
+launch's epoch), and one launch. A launch captured into a CUDA graph takes a workspace zeroed ahead by an eager call
+and its epoch from the device (GraphWorkspaces).
 """
 from __future__ import annotations
 
@@ -33,16 +33,17 @@ _plans: dict[tuple, ScanPlan] = {}
 
 
 def device_plan(cell: str, like: torch.Tensor, direction: str, wanted: int = ALL_GRADIENTS,
-                paired: bool = False) -> ScanPlan:
+                paired: bool = False, deterministic: bool = False) -> ScanPlan:
     """The plan for `cell` on `like`'s device for its [B, T, D] shape and dtype, a backward writing the gradients
-    `wanted` (ScanProblem.wanted), a forward that a backward follows where `paired` (ScanProblem.paired): solved once
-    per bucket of B and T, then a dict lookup."""
+    `wanted` (ScanProblem.wanted), a forward that a backward follows where `paired` (ScanProblem.paired), bitwise
+    repeatable where `deterministic`: solved once per bucket of B and T, then a dict lookup."""
     index = like.device.index if like.device.index is not None else 0
     B, T, D = like.shape
-    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T), wanted, paired)
+    key = (cell, index, D, like.dtype, direction, bucket(B), bucket(T), wanted, paired, deterministic)
     found = _plans.get(key)
     if found is None:
-        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction, wanted, paired)
+        problem = ScanProblem.for_shape(cell, B, T, D, TORCH_DTYPES[like.dtype], direction, wanted, paired,
+                                        deterministic)
         found = _plans[key] = plan(problem, _device_gpu(index))
     return found
 
@@ -81,14 +82,16 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: i
 def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS,
                    paired: bool = False) -> _Launch:
     """The solver's plan's launch for `cell` on `x` (its device, dtype and [B, T, D]), a backward writing the
-    gradients `wanted`, a paired forward: a dict lookup after the first call of a shape."""
-    key = (cell, direction, x.device.index, x.dtype, *x.shape, wanted, paired)
+    gradients `wanted`, a paired forward, bitwise repeatable under torch.use_deterministic_algorithms: a dict lookup
+    after the first call of a shape."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    key = (cell, direction, x.device.index, x.dtype, *x.shape, wanted, paired, deterministic)
     found = _launches.get(key)
     if found is None:
         if len(_launches) >= _LAUNCHES_KEPT:
             _launches.clear()
         B, T, D = x.shape
-        found = _launches[key] = _launch_of(device_plan(cell, x, direction, wanted, paired), B, T, D,
+        found = _launches[key] = _launch_of(device_plan(cell, x, direction, wanted, paired, deterministic), B, T, D,
                                             x.element_size(), x.device.index)
     return found
 

@@ -426,6 +426,7 @@ class ScanPlan:
             "SCAN_SPLIT": CARRIES.index(self.carry),  # 0 whole lanes, 1 resident, 2 chained segments
             "SCAN_STAGE_BYTES": self.stage_bytes,  # the dynamic shared memory of a launch: scan.cu checks its layout
             "SCAN_WANTED": self.problem.wanted,  # the backward's gradients (bit i: input i)
+            "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: only segment 0 publishes a final
         }
 
     def source(self) -> str:
@@ -707,7 +708,14 @@ def plan(problem: ScanProblem, gpu: hwmodels.GPUModel) -> ScanPlan:
 
     A backward writing fewer gradients (ScanProblem.wanted) takes the block shape and stages solved for every
     gradient, with its smaller stage and the model's time for it: the model's own optimum stages deeper there, which
-    took 1.02-1.04x as long in bf16 and 0.99-1.0x in fp32 on the H200 (results/scan_wanted_grads_ab.md)."""
+    took 1.02-1.04x as long in bf16 and 0.99-1.0x in fp32 on the H200 (results/scan_wanted_grads_ab.md).
+
+    A deterministic problem takes the plan of the same problem without it: for split lanes that plan's block shape
+    compiled with SCAN_DETERMINISTIC (its look-backs may run deeper, which the time model does not count); whole lanes
+    are deterministic as they are, and keep the plan itself (one kernel for both)."""
+    if problem.deterministic:
+        found = plan(dataclasses.replace(problem, deterministic=False), gpu)
+        return found if found.carry == "whole" else dataclasses.replace(found, problem=problem)
     if problem.wanted != ALL_GRADIENTS:
         found = plan(dataclasses.replace(problem, wanted=ALL_GRADIENTS), gpu).for_gradients(problem.wanted)
         return dataclasses.replace(found, estimate_ns=estimate_ns(found, gpu))

@@ -29,7 +29,8 @@ class ScanProblem:
     writes the gradients of the inputs whose bits `wanted` sets (bit i: input i; the forward keeps ALL_GRADIENTS).
     A `paired` forward is one that autograd will differentiate: its plan is made for its time in a forward + backward
     pair (plan.WorkModel.chained_ns_paired), where its inputs come from memory rather than from the L2 that repeated
-    forwards leave them in.
+    forwards leave them in. A `deterministic` one (torch.use_deterministic_algorithms) gives bitwise-identical results
+    from run to run where its lanes are split over blocks (scan.cu's SCAN_DETERMINISTIC); whole lanes always do.
     """
 
     cell: str
@@ -40,6 +41,7 @@ class ScanProblem:
     direction: str = "forward"
     wanted: int = ALL_GRADIENTS
     paired: bool = False
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
@@ -59,12 +61,15 @@ class ScanProblem:
         if not isinstance(self.paired, bool) or (self.paired and self.direction != "forward"):
             raise ValueError(f"paired (a forward that a backward follows) is a bool, True for forwards only; got "
                              f"{self.paired!r} for direction {self.direction!r}")
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic is a bool, got {self.deterministic!r}")
 
     @classmethod
     def for_shape(cls, cell: str, batch: int, seq_len: int, hidden_dim: int, dtype: str,
-                  direction: str = "forward", wanted: int = ALL_GRADIENTS, paired: bool = False) -> ScanProblem:
+                  direction: str = "forward", wanted: int = ALL_GRADIENTS, paired: bool = False,
+                  deterministic: bool = False) -> ScanProblem:
         """The problem of a [batch, seq_len, hidden_dim] scan, batch and seq_len rounded up to powers of two."""
-        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction, wanted, paired)
+        return cls(cell, hidden_dim, dtype, bucket(batch), bucket(seq_len), direction, wanted, paired, deterministic)
 
     @property
     def input_count(self) -> int:

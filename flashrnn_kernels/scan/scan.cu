@@ -31,6 +31,10 @@
 // segment's start, so that pass B rescans every row of every chunk from the segment's carry-in at once, without
 // phases 1 and 2. Otherwise (most resident plans) every segment stages pass B again, mostly from L2, its first chunks
 // during the look-back.
+// Which final states a look-back finds depends on timing, and composing a map rounds otherwise than taking the final
+// state it leads to, so carries agree to rounding from run to run. With SCAN_DETERMINISTIC only segment 0 publishes
+// its final state: every look-back composes the same maps in the same order (nearest first, until segment 0 or a
+// product of decays that is 0), and reruns agree to the bit.
 // A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
 // when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
 // starts no later than it (blocks are dispatched in index order), so the waits always end.
@@ -41,7 +45,7 @@
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
     !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES) || \
-    !defined(SCAN_WANTED)
+    !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -809,7 +813,8 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;
             carry[k] = lb[k];
-            if (owned(k, c)) publish(seg_b + mine + c, apply_map(acc_a[k], lb[k], acc_b[k]), final_tag);
+            if ((!SCAN_DETERMINISTIC || seg == 0) && owned(k, c))
+                publish(seg_b + mine + c, apply_map(acc_a[k], lb[k], acc_b[k]), final_tag);
         }
         // pass B
         if (kept) {  // every row's carry-in straight from the segment's, lb, which the owners pass on in s_a row 0

@@ -3,7 +3,8 @@ split over blocks through L2, in every dtype; the alternating backend; the scan'
 chained fused cells. Inputs are drawn on the CPU, so every device gets the same values."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -70,7 +71,20 @@ CASES: dict[str, Callable[[str], Run]] = {
 ROUNDING_ONLY = {"linear-scan-split-lanes-fp32", "min-gru-chained-bf16"}
 """Cases whose reruns may differ by rounding: a split lane's look-back composes each predecessor's map, or takes its
 final state where that is published already, and which of the two it finds depends on timing (the carries agree to
-rounding, not to the bit; compute-sanitizer's racecheck, which changes the timing, showed it)."""
+rounding, not to the bit; compute-sanitizer's racecheck, which changes the timing, showed it). Under
+torch.use_deterministic_algorithms they rerun to the bit (only segment 0 publishes a final state)."""
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """torch.use_deterministic_algorithms(True) inside (warn_only: torch's own GEMMs would need a cuBLAS workspace
+    setting), the previous setting after."""
+    kept = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(kept[0], warn_only=kept[1])
 
 
 def same_or_rounding(case: str, a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -4,6 +4,8 @@ memory that held NaN just before (the caching allocator hands the poisoned block
 fails the comparison."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 from flashrnn_kernels.library import scan_backward
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference
-from tests.flashrnn_kernels.gpu_cases import captured, within_rounding
+from tests.flashrnn_kernels.gpu_cases import captured, deterministic_algorithms, within_rounding
 from tests.tolerances import relative_error
 
 pytestmark = pytest.mark.gpu
@@ -147,10 +149,17 @@ def test_decays_near_zero_and_one_stay_finite(bias):
            tol=lambda inputs, h0: max(TOL[torch.float32], 2 * _fp32_loop_error(inputs, h0)))
 
 
-def test_linear_lookback_without_early_end():
+@pytest.mark.parametrize("mode", ["default", "deterministic"])
+def test_linear_lookback_without_early_end(mode):
     """Decays in (0.999, 1) over [1, 65537, 64] (one lane split into segments): no look-back ends early, so each
-    segment composes all its predecessors' maps, round after round, down to segment 0. h and dL/db (the reverse scan
-    dh_t = dy_t + a_{t+1} dh_{t+1}) within 1e-5 or twice the sequential fp32 loop's error on the same inputs."""
+    segment composes its predecessors' maps, round after round, down to segment 0 or to a final state published
+    already (torch's deterministic mode: always to segment 0). h and dL/db (the reverse scan dh_t = dy_t + a_{t+1}
+    dh_{t+1}) within 1e-5 or twice the sequential fp32 loop's error on the same inputs."""
+    with deterministic_algorithms() if mode == "deterministic" else contextlib.nullcontext():
+        _check_lookback_without_early_end()
+
+
+def _check_lookback_without_early_end():
     B, T, D = 1, 65537, 64
     a = (1.0 - 1e-3 * torch.rand(B, T, D, device="cuda")).requires_grad_()
     b = torch.randn(B, T, D, device="cuda").requires_grad_()
@@ -290,6 +299,19 @@ def test_every_carry_mode(name, dtype, carry, shape):
     solver would choose for the shape: forward h and the backward's gradients (inputs and h0) against the fp64
     reference."""
     _check_plans(name, dtype, shape, _carry_plans(name, dtype, shape, carry), f"carry={carry}")
+
+
+@pytest.mark.parametrize("carry", ["resident", "chained"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_deterministic_split_lanes(name, dtype, carry):
+    """The split-lane plans of torch's deterministic mode (SCAN_DETERMINISTIC: only segment 0 publishes its final
+    state, every look-back composes maps down to it or to a zero product): forward h and the backward's gradients
+    against the fp64 reference."""
+    shape = (1, 5000, 64)
+    plans = [dataclasses.replace(p, problem=dataclasses.replace(p.problem, deterministic=True))
+             for p in _carry_plans(name, dtype, shape, carry)]
+    _check_plans(name, dtype, shape, plans, f"deterministic carry={carry}")
 
 
 @pytest.mark.parametrize("carry", ["whole", "resident", "chained"])

@@ -6,9 +6,11 @@ import hwmodels
 import torch
 
 from flashrnn_kernels.scan import function
+from tests.flashrnn_kernels.gpu_cases import deterministic_algorithms
 
 
-def test_each_shape_launches_its_plans_sizes(monkeypatch):
+def _record_launches(monkeypatch) -> list:
+    """run_scan with the H200's plans and its launches recorded (kernel: the plan), not made."""
     gpu = hwmodels.load("H200-SXM-141GB")
     calls = []
     monkeypatch.setattr(function, "_device_gpu", lambda index: gpu)
@@ -20,6 +22,11 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
     monkeypatch.setattr(function, "launch", lambda kernel, grid, block, args, **kw: calls.append(
         (kernel, grid, block, args, kw)))
     monkeypatch.setattr(function, "_launches", {})
+    return calls
+
+
+def test_each_shape_launches_its_plans_sizes(monkeypatch):
+    calls = _record_launches(monkeypatch)
     # same buckets of B and T for the first two (one plan), other sizes; the first shape again at the end
     shapes = [(3, 5000, 64), (4, 6000, 64), (1, 65536, 64), (8, 256, 1536), (3, 5000, 64)]
     for direction in ("forward", "backward"):
@@ -35,3 +42,22 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
             assert args[-6:-1] == (T, D, plan.d_tiles(D), lanes, segments) and kw["shared_mem"] == plan.stage_bytes
             assert (args[10] is None) == (segments == 1), "workspace words exactly where lanes are split"
     assert len(function._launches) == 2 * (len(shapes) - 1)
+
+
+def test_deterministic_mode_launches_its_plans(monkeypatch):
+    """Under torch.use_deterministic_algorithms split lanes launch the plan compiled for it (SCAN_DETERMINISTIC), with
+    the same sizes, and whole lanes the same plan as without; each mode keeps its own launch record."""
+    calls = _record_launches(monkeypatch)
+    for shape, split in (((1, 65536, 64), True), ((8, 256, 1536), False)):
+        a, b = torch.rand(*shape), torch.randn(*shape)
+        function.run_scan("linear", "forward", (a, b), None)
+        default = calls[-1]
+        with deterministic_algorithms():
+            function.run_scan("linear", "forward", (a, b), None)
+        deterministic = calls[-1]
+        function.run_scan("linear", "forward", (a, b), None)
+        assert calls[-1][0] is default[0], "the default mode's record is kept"
+        assert deterministic[0].defines()["SCAN_DETERMINISTIC"] == int(split)
+        assert (deterministic[0] is default[0]) == (not split)
+        assert deterministic[1:3] == default[1:3] and deterministic[4] == default[4]
+    assert len(function._launches) == 4

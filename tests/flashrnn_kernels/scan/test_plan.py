@@ -206,6 +206,27 @@ def test_pairing_moves_no_other_plan():
         assert dataclasses.replace(paired, problem=problem) == alone, (alone, paired)
 
 
+def test_deterministic_plans_keep_the_block_shape():
+    """torch.use_deterministic_algorithms: split lanes keep their plan's block shape, compiled with
+    SCAN_DETERMINISTIC (only segment 0 publishes its final state); whole lanes, deterministic as they are, keep the
+    plan itself, so both modes share its kernel."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    carries = set()
+    for problem in _problems(dims=(1536, 64)):
+        for paired in ((False, True) if problem.direction == "forward" else (False,)):
+            default = plan(dataclasses.replace(problem, paired=paired), gpu)
+            deterministic = plan(dataclasses.replace(problem, paired=paired, deterministic=True), gpu)
+            carries.add(default.carry)
+            if default.carry == "whole":
+                assert deterministic is default
+            else:
+                assert deterministic.problem.deterministic and deterministic.defines()["SCAN_DETERMINISTIC"] == 1
+                assert dataclasses.replace(deterministic, problem=default.problem) == default
+                assert deterministic.source() != default.source()
+            assert default.defines()["SCAN_DETERMINISTIC"] == 0
+    assert carries == set(CARRIES)
+
+
 def test_wide_gate_plans_follow_the_gate_sweep():
     """[64, 4096, 512] and [8, 4096, 1536] on an H200 (`bench_scan.py --gate-sweep`, scan_gate_cells_ab.md): the
     minGRU / minLSTM kernels run whole lanes in blocks of 4 warps whose threads handle at most 2,048 elements (the
@@ -286,6 +307,8 @@ def test_bad_problem_names_the_choices():
         ScanProblem("linear", 64, "float32", 1, 1, "backward", paired=True)
     with pytest.raises(ValueError, match="paired"):
         ScanProblem("linear", 64, "float32", 1, 1, paired=1)
+    with pytest.raises(ValueError, match="deterministic"):
+        ScanProblem("linear", 64, "float32", 1, 1, deterministic=None)
 
 
 def _plan_or_none(problem, gpu, carry):
@@ -323,8 +346,14 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
         if pr.direction == "forward":
             q = plan(dataclasses.replace(pr, paired=True), gpu)
             plans.setdefault(q.source(), q)
+    _assert_compile_within_plans(plans, arch, gpu, tmp_path)
+
+
+def _assert_compile_within_plans(plans: dict, arch: str, gpu, tmp: Path) -> None:
+    """Each plan's source (plans: source -> plan) compiles for `arch` without spills, within the plan's register
+    estimate and static shared memory."""
     with ThreadPoolExecutor(4) as pool:
-        logs = list(pool.map(lambda s: _ptxas(s, arch, tmp_path), plans))
+        logs = list(pool.map(lambda s: _ptxas(s, arch, tmp), plans))
     for (source, p), log in zip(plans.items(), logs):
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
         assert spills and not any(spills), f"{p}: {log}"
@@ -334,6 +363,24 @@ def test_every_rendered_source_compiles_without_spills(arch, gpu_name, tmp_path)
         # the plan's static shared memory is what ptxas lays out, the staged chunks starting 128-byte aligned after it
         smem = _static_smem(log)
         assert smem == p.smem_bytes and smem % STAGE_ALIGN == 0, f"{p}: ptxas laid out {smem} bytes of static smem"
+
+
+@requires_nvcc
+@pytest.mark.parametrize("arch,gpu_name", [("sm_80", "A100-SXM4-80GB"), ("sm_90", "H200-SXM-141GB")])
+def test_deterministic_split_lanes_compile_without_spills(arch, gpu_name, tmp_path):
+    """The plans of torch's deterministic mode for the thin shape, whose lanes are split (chained segments, and
+    resident ones where the GPU's plans take them; every cell, direction and dtype, and the paired forwards):
+    compiled with SCAN_DETERMINISTIC, each within its plan's budget (the define drops a store, so the default
+    plans' check covers the rest)."""
+    gpu = hwmodels.load(gpu_name)
+    plans = {}
+    for problem in _problems(dims=(64,), shapes=((1, 65536),)):
+        for paired in ((False, True) if problem.direction == "forward" else (False,)):
+            p = plan(dataclasses.replace(problem, paired=paired, deterministic=True), gpu)
+            if p.carry != "whole":
+                plans.setdefault(p.source(), p)
+    assert len(plans) >= 12 and "chained" in {p.carry for p in plans.values()}
+    _assert_compile_within_plans(plans, arch, gpu, tmp_path)
 
 
 @requires_nvcc
