@@ -26,7 +26,7 @@ from ..library import flashrnn_op
 from ..runtime.codegen import render
 from ..runtime.compile import get_kernel
 from ..runtime.device import device_gpu as _device_gpu
-from ..runtime.launch import clustered_cooperative_available, launch
+from ..runtime.launch import launch, launch_ex_available
 from ..validation import check_kernel_inputs
 from .plan import KernelPlan, plan
 from .problem import HEAD_DIMS
@@ -94,7 +94,7 @@ def _cached_launch(cell: str, B: int, NH: int, DH: int, dtype: torch.dtype, inde
     blocks need a clustered cooperative launch (cuda-bindings); without it the backward plans single blocks."""
     gpu = _device_gpu(index)
     found = plan(cell, B, NH, DH, dtype, gpu=gpu, direction=direction, exchange=exchange)
-    if found.pair_blocks > 1 and not clustered_cooperative_available():
+    if found.pair_blocks > 1 and not launch_ex_available():
         if exchange == "pairs":
             raise RuntimeError("exchange 'pairs' launches clustered and cooperative blocks through cuLaunchKernelEx, "
                                "which needs the cuda-bindings package (pip install cuda-bindings)")

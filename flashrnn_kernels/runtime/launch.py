@@ -185,9 +185,9 @@ def cupy_stream(index: int, handle: int) -> Any:
     return found
 
 
-def clustered_cooperative_available() -> bool:
-    """Whether this process can launch a kernel compiled with cluster dimensions cooperatively: that takes
-    cuLaunchKernelEx, which CuPy does not wrap, from the cuda-bindings package."""
+def launch_ex_available() -> bool:
+    """Whether this process has cuLaunchKernelEx, which CuPy does not wrap, from the cuda-bindings package: cooperative
+    launches of kernels compiled with cluster dimensions and programmatic dependent launches take it."""
     try:
         from cuda.bindings import driver  # noqa: F401
     except ImportError:
@@ -251,7 +251,7 @@ def _programmatic_available(index: int) -> bool:
     (for cuLaunchKernelEx) importable."""
     found = _programmatic_devices.get(index)
     if found is None:
-        found = torch.cuda.get_device_capability(index) >= (9, 0) and clustered_cooperative_available()
+        found = torch.cuda.get_device_capability(index) >= (9, 0) and launch_ex_available()
         _programmatic_devices[index] = found
     return found
 
@@ -282,7 +282,7 @@ def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Seq
     launches it with cuLaunchCooperativeKernel, which runs every block at once or fails (blocks that wait on each
     other need that guarantee); a grid too large for the GPU then raises a RuntimeError that says so. `clustered`
     (with `cooperative`): the kernel has cluster dimensions compiled in, so the launch goes through cuLaunchKernelEx
-    (`clustered_cooperative_available`). `programmatic`: a programmatic dependent launch (cuLaunchKernelEx with
+    (`launch_ex_available`). `programmatic`: a programmatic dependent launch (cuLaunchKernelEx with
     programmatic stream serialization), which may begin while the previous kernel on the stream ends, for a kernel
     whose blocks wait for it (griddepcontrol.wait) before they touch memory; on sm_90 and newer with cuda-bindings and
     a prepared parameter block, a plain launch otherwise.

@@ -73,7 +73,7 @@ def test_backward_of_block_pairs_launches_clustered_and_cooperative(recorded, mo
     """The 1x768 backward plans pairs of blocks (clusters of two) on an H200, launched through cuLaunchKernelEx; without
     cuda-bindings it plans single blocks, and asking for pairs says what is missing."""
     launches, compiled = recorded
-    monkeypatch.setattr(function, "clustered_cooperative_available", lambda: bindings)
+    monkeypatch.setattr(function, "launch_ex_available", lambda: bindings)
     B, T, NH, DH = 3, 4, 1, 768
     Wx, R, b, states = _inputs(B, T, NH, DH, torch.bfloat16, grad=False)
     h, last, gates_save, states_save = function.fused_forward(Wx, R, b, states, "lstm", training=True)
