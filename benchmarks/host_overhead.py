@@ -1,10 +1,10 @@
 """Host cost of one call: where the microseconds go between Python and the launch.
 
-For a short scan (linear_scan [8, 256, 1536] fp32) and a fused LSTM forward (12 heads x 64, B=16, T=1024, bf16)
-it reports the CUDA-event time of one call (what the benchmarks measure), the device time of its kernels (torch
-profiler), and the host time of one call made on an idle GPU (so that a full launch queue cannot block it); the
-scan's launch and its eager forward+backward also as programmatic dependent launches (cuLaunchKernelEx) against plain
-ones (cuLaunchKernel); then a cProfile of calls on an idle GPU, sorted by own time. Results: results/host_overhead.md and
+For a short scan (linear_scan [8, 256, 1536] fp32) and a fused LSTM forward (12 heads x 64, B=16, T=1024, bf16) it
+reports the CUDA-event time of one call (what the benchmarks measure), the device time of its kernels (torch
+profiler), and the host time of one call made on an idle GPU (so that a full launch queue cannot block it); the scan's
+launch and its eager forward+backward also as programmatic dependent launches (cuLaunchKernelEx) against plain ones
+(cuLaunchKernel); then a cProfile of calls on an idle GPU, sorted by own time. Results: results/host_overhead.md and
 host_overhead_profile.txt.
 """
 from __future__ import annotations

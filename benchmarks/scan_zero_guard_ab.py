@@ -1,7 +1,7 @@
 """The scan kernels with and without the guard that keeps exact zero states out of overflowed decay products
-(`apply_map` / `stays_zero` in scan.cu): the current scan.cu against an older copy given by --before, each launch
-of the solver's plans timed as device time per call in a CUDA graph (common.time_graph), the two sources taking
-turns over --rounds rounds in one process, on random inputs (decays in (0.5, 1)). Also the largest difference
+(`apply_map` / `stays_zero`, now in scan/carries.cuh): the current scan.cu against an older copy given by --before,
+each launch of the solver's plans timed as device time per call in a CUDA graph (common.time_graph), the two sources
+taking turns over --rounds rounds in one process, on random inputs (decays in (0.5, 1)). Also the largest difference
 between the two sources' outputs (the guard changes nothing where no product overflows).
 
 Usage: git show c7b516f:flashrnn_kernels/scan/scan.cu > /tmp/before.cu  (the kernels just before the guard)

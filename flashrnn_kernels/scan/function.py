@@ -149,12 +149,12 @@ GRAPH_CELLS = ("linear",)
 the time with them, minGRU / minLSTM's chained ones 1.00-1.03x (benchmarks/results/scan_graph_words_ab.md)."""
 GRAPH_SLOTS = 16  # launches sharing one workspace in a capture (scan.cu's SCAN_GRAPH_SLOTS)
 GRAPH_CYCLE = (1 << 26) - 1  # launch counts cycle in this (scan.cu's SCAN_GRAPH_CYCLE)
-GRAPH_COUNTERS = 32  # launch counters per slot (scan.cu's graph_epoch)
+GRAPH_COUNTERS = 32  # launch counters per slot (carries.cuh's graph_epoch)
 
 
 class GraphWorkspace(NamedTuple):
     words: torch.Tensor  # [2, capacity] int64, zeroed before the graph's first replay
-    counters: torch.Tensor  # [GRAPH_SLOTS, GRAPH_COUNTERS] int64 launch counters (scan.cu's graph_epoch), zeroed too
+    counters: torch.Tensor  # [GRAPH_SLOTS, GRAPH_COUNTERS] int64 launch counters (graph_epoch), zeroed too
 
 
 @torch.inference_mode(False)  # normal tensors, which tests and the sanitizer case may write outside inference mode
@@ -172,14 +172,14 @@ def _graph_workspace(device: torch.device, stream: int, capacity: int) -> GraphW
 class GraphWorkspaces:
     """Workspaces of the split-lane launches captured into CUDA graphs, on one device.
 
-    A replay repeats its launches' parameters, so a captured launch makes its epoch on the device from a row of launch
-    counters (scan.cu's graph_epoch) and publishes into words zeroed once before the graph's first replay. That zeroing
-    cannot be captured (it would run in every replay), so eager calls keep SPARES workspaces zeroed ahead. A capture
-    takes one per capturing stream, whose launches in the capture (the graph runs them one after another) share its
-    words, each with a row of counters of its own (its slot), and keeps it while the process lives, since the graph
-    may replay at any time. A captured launch finding none (no eager call since the last captures took them, more than
-    SPARE_WORDS words, or GRAPH_SLOTS launches already on the workspace) gets `None` and a workspace of its own,
-    zeroed by a captured memset in every replay."""
+    A replay repeats its launches' parameters, so a captured launch makes its epoch on the device from a row of
+    launch counters (carries.cuh's graph_epoch) and publishes into words zeroed once before the graph's first
+    replay. That zeroing cannot be captured (it would run in every replay), so eager calls keep SPARES workspaces
+    zeroed ahead. A capture takes one per capturing stream, whose launches in the capture (the graph runs them one
+    after another) share its words, each with a row of counters of its own (its slot), and keeps it while the
+    process lives, since the graph may replay at any time. A captured launch finding none (no eager call since the
+    last captures took them, more than SPARE_WORDS words, or GRAPH_SLOTS launches already on the workspace) gets
+    `None` and a workspace of its own, zeroed by a captured memset in every replay."""
 
     def __init__(self, device: torch.device):
         self.device = device

@@ -96,7 +96,7 @@ def test_a_capture_gives_its_launches_on_a_stream_one_workspace_and_a_slot_each(
 
 
 def test_the_kernel_and_the_launcher_agree_on_the_graph_epochs():
-    source = (Path(function.__file__).parent / "scan.cu").read_text()
+    source = (Path(function.__file__).parent / "carries.cuh").read_text()
     defines = dict(re.findall(r"#define (SCAN_GRAPH_\w+) (.+)", source))
     assert int(defines["SCAN_GRAPH_SLOTS"]) == GRAPH_SLOTS
     assert eval(defines["SCAN_GRAPH_CYCLE"].replace("u", "")) == function.GRAPH_CYCLE
