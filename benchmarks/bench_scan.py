@@ -3,10 +3,11 @@
 Shapes are [B, T, D] (the `shape` column is B x T x D): [8, T, 1536] for T from 256 to 65,536 and the thin
 [1, 65536, 64].
 
-Rows: our linear_scan and the public accelerated-scan kernels (warp CUDA, Triton) on the same data in their
-[B, D, T] layout, forward and forward + backward (each accelerated-scan kernel in its own process: a fault there
-costs only its own rows); fused minGRU / minLSTM (forward, forward + backward) against our unfused version (gates
-by torch, then linear_scan), the PyTorch log-space form, the sequential reference loop on GPU and CPU (short T
+Rows: our linear_scan (also under torch.use_deterministic_algorithms, `ours (deterministic)`, whose split lanes run
+the plans built to rerun to the bit) and the public accelerated-scan kernels (warp CUDA, Triton) on the same data in
+their [B, D, T] layout, forward and forward + backward (each accelerated-scan kernel in its own process: a fault
+there costs only its own rows); fused minGRU / minLSTM (forward, forward + backward) against our unfused version
+(gates by torch, then linear_scan), the PyTorch log-space form, the sequential reference loop on GPU and CPU (short T
 only), and the ops' own CPU path (the chunked scan; problems up to CPU_MAX_ELEMENTS).
 Two times per row: `call ms`, the median of CUDA-event-timed single calls (what a caller sees, host work
 included), and `ms`, the device time per call from a CUDA graph of repeated calls (no host work: the kernels' own
@@ -30,6 +31,7 @@ backward's block shapes at thin problems, each timed after a forward (results/sc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -146,15 +148,44 @@ def _time(fn, repeat=20, budget_ms=200.0, graph=True):
         return (call_ms, float("nan")), f"graph capture: {type(exc).__name__}: {exc}"[:160]
 
 
+DETERMINISTIC = "ours (deterministic)"
+"""linear_scan under torch.use_deterministic_algorithms: split lanes run the plans built to rerun to the bit."""
+
+
+@contextlib.contextmanager
+def deterministic_kernels():
+    """torch.use_deterministic_algorithms inside, without torch's fill of new tensors (the kernels' cost alone)."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.utils.deterministic.fill_uninitialized_memory = saved[2]
+
+
+def _mode_of(impl, fn):
+    """`fn` in the mode that `impl` runs in (DETERMINISTIC: deterministic_kernels)."""
+    if impl != DETERMINISTIC:
+        return fn
+
+    def run():
+        with deterministic_kernels():
+            return fn()
+    return run
+
+
 def bench_linear(shape, dname, copy_bw, impl):
-    """The linear_scan rows of `impl` ("ours" or an accelerated-scan kernel's name), one at a time: forward, then
-    forward + backward (the gradients of a and b through autograd)."""
+    """The linear_scan rows of `impl` ("ours", DETERMINISTIC or an accelerated-scan kernel's name), one at a time:
+    forward, then forward + backward (the gradients of a and b through autograd)."""
     B, T, D = shape
     dtype = DTYPES[dname]
     a = (torch.rand(B, T, D, device="cuda") * 0.5 + 0.5).to(dtype)
     b = torch.randn(B, T, D, device="cuda").to(dtype)
     dy = torch.randn(B, T, D, device="cuda").to(dtype)
-    if impl == "ours":
+    if impl in ("ours", DETERMINISTIC):
         scan = linear_scan
     else:  # accelerated-scan's layout is [B, D, T]
         scan = accelerated_scan_kernels()[impl]
@@ -167,9 +198,9 @@ def bench_linear(shape, dname, copy_bw, impl):
         return
     a.requires_grad_(), b.requires_grad_()
     with torch.no_grad():
-        ms, err = _time(lambda: scan(a, b))
+        ms, err = _time(_mode_of(impl, lambda: scan(a, b)))
     yield _row("linear_scan", impl, shape, dname, ms, 3 * size, copy_bw, pass_="forward", error=err)
-    ms, err = _time(lambda: torch.autograd.grad(scan(a, b), (a, b), dy))
+    ms, err = _time(_mode_of(impl, lambda: torch.autograd.grad(scan(a, b), (a, b), dy)))
     yield _row("linear_scan", impl, shape, dname, ms, 8 * size, copy_bw, pass_="forward+backward", error=err)
 
 
@@ -509,7 +540,7 @@ def judge(rows):
     lines = []
     for r in rows:
         if r["op"] == "linear_scan" and r["impl"] == "ours":
-            others = [o["ms"] for o in rows if o["op"] == "linear_scan" and o["impl"] != "ours"
+            others = [o["ms"] for o in rows if o["op"] == "linear_scan" and o["impl"].startswith("accelerated-scan")
                       and (o["shape"], o["dtype"], o.get("pass_")) == (r["shape"], r["dtype"], r.get("pass_"))
                       and o["ms"] == o["ms"]]
             if r["T"] >= 4096 and r.get("pass_") == "forward":
@@ -613,9 +644,10 @@ def _group_rows(shape, dname, part, copy_bw, quick, flush=lambda rows: None) -> 
     loop versions) or one of accelerated-scan's kernels. Each timing ends with a device synchronisation, so a fault
     is reported in the row of the implementation that caused it; `flush` gets the rows so far after each pass."""
     rows = []
-    for row in bench_linear(shape, dname, copy_bw, part):
-        rows.append(row)
-        flush(rows)
+    for impl in (part, DETERMINISTIC) if part == "ours" else (part,):
+        for row in bench_linear(shape, dname, copy_bw, impl):
+            rows.append(row)
+            flush(rows)
     if part == "ours" and not quick:
         for cell in ("min_gru", "min_lstm"):
             try:

@@ -1,6 +1,6 @@
 """The benchmarks' own CUDA kernels compile with nvcc, without spills: step_products.cu for sm_80 (mma.sync) and
 sm_90a (mma.sync and wgmma), load_engines.cu for sm_90 (bulk copies), and the scan kernel's probe builds of
-scan_probe_ab.py (their patches still apply to scan.cu)."""
+scan_probe_ab.py (their patches still apply to scan.cu); bench_scan's verdicts compare with the baselines alone."""
 from __future__ import annotations
 
 import importlib
@@ -86,3 +86,28 @@ def test_probe_plans_of_one_plan_keep_their_own_caps_and_windows(scan_probe, mon
     assert windows == [None, None, 33, 66, 33, 66]
     variants = [module._variant(plans[0], name) for name in module.PROBES]
     assert len(set(variants) | set(probes.values())) == len(variants) + len(shapes)
+
+
+def test_scan_probe_deterministic_variant_is_the_deterministic_plan(scan_probe):
+    module, plans = scan_probe
+    for p in plans:
+        variant = module._variant(p, "deterministic")
+        assert variant.problem.deterministic and variant.defines()["SCAN_DETERMINISTIC"] == 1
+        assert variant.threads_d == p.threads_d and variant.steps == p.steps and variant.carry == p.carry
+
+
+def test_scan_table_judges_against_accelerated_scan_alone(monkeypatch):
+    """bench_scan.judge: linear_scan's speedup and target are against accelerated-scan's kernels, never against the
+    table's row of our own deterministic mode."""
+    monkeypatch.syspath_prepend(str(KERNELS.parent))
+    bench = importlib.import_module("bench_scan")
+
+    def row(impl, ms):
+        return {"op": "linear_scan", "impl": impl, "shape": "1x65536x64", "T": 65536, "dtype": "fp32",
+                "pass_": "forward", "ms": ms, "% of copy": 80.0}
+    rows = [row("ours", 0.01), row(bench.DETERMINISTIC, 0.0101), row("accelerated-scan warp", 0.03),
+            row("accelerated-scan triton", 0.05)]
+    bench.judge(rows)
+    assert rows[0]["speedup vs best accelerated-scan"] == pytest.approx(3.0)
+    assert rows[0]["target vs accelerated-scan"] == "pass" and rows[0]["target >=95% copy"] == "FAIL"
+    assert not any(k.startswith(("speedup", "target")) for k in rows[1])
