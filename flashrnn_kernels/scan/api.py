@@ -1,5 +1,7 @@
 """Public scan ops with input checks, run as the custom op `flashrnn_kernels::scan_forward`: CUDA tensors go to the
-fused kernels, CPU tensors to the reference loop; differentiable and traceable by torch.compile."""
+fused kernels, CPU tensors to the reference loop; differentiable and traceable by torch.compile. Under
+torch.use_deterministic_algorithms(True) the kernels of long, thin problems (lanes split over blocks) are the ones
+built to rerun to the bit; otherwise those agree to rounding from run to run."""
 from __future__ import annotations
 
 import torch
