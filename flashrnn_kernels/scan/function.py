@@ -65,6 +65,10 @@ class _Launch(NamedTuple):
     lanes: int
     segments: int
     words: int  # published words per array (split lanes), else 0
+    # A backward, and a forward that a backward follows, begin as the previous kernel on the stream ends (scan.cu waits
+    # for it at entry): in forward + backward pairs on an H100 0.972-0.981x the time; repeated forwards alone
+    # 0.968-1.029x (the thin ones slower), so those launch plainly (results/scan_pdl_probe_h100.md).
+    programmatic: bool
 
 
 _launches: dict[tuple, _Launch] = {}
@@ -76,7 +80,8 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: i
     lanes = B * d_tiles
     segments = p.segments(lanes, p.chunks(T))
     return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
-                   p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0)
+                   p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0,
+                   p.problem.direction == "backward" or p.problem.paired)
 
 
 def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS,
@@ -295,12 +300,9 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     y = outs + (None,) * (3 - len(outs))
     if backward:
         dy, h = _aligned(dy, access), _aligned(h, access)
-    # A backward, and a forward that a backward follows, begin as the previous kernel on the stream ends (scan.cu waits
-    # for it at entry): in forward + backward pairs on an H100 0.972-0.981x the time; repeated forwards alone
-    # 0.968-1.029x (the thin ones slower), so those launch plainly (results/scan_pdl_probe_h100.md).
     launch(run.kernel, run.grid, run.block,
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, counters, T, D, run.d_tiles, run.lanes,
             run.segments, epoch),
            shared_mem=run.shared_mem, device=x.device.index, stream=stream,
-           programmatic=backward or paired or (kernel_plan is not None and kernel_plan.problem.paired))
+           programmatic=run.programmatic)
     return (*outs, grad_h0) if backward else outs
