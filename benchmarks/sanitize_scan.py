@@ -14,7 +14,6 @@ loop; run it as
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import torch
@@ -42,8 +41,7 @@ def plans(name: str, dtype: torch.dtype, gpu) -> list:
         fewer = [p.on_fewer_sms(B * p.d_tiles(D), p.chunks(T), p.stages + extra) for p in resident]
         pairs.append((f"resident stages+{extra}", *fewer))
     for carry, *split in [pair for pair in pairs if pair[0] in ("resident", "chained")]:
-        pairs.append((f"{carry} deterministic", *(dataclasses.replace(
-            p, problem=dataclasses.replace(p.problem, deterministic=True)) for p in split)))
+        pairs.append((f"{carry} deterministic", *(p.deterministic_variant() for p in split)))
     return pairs
 
 

@@ -14,7 +14,6 @@ Writes scan_probe_ab.{csv,md} (or --name's) to BENCH_RESULTS_DIR (default benchm
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 
 import torch
@@ -75,7 +74,7 @@ def _variant(p, v: str):
     """Plan p built as probe v ("base": p itself, the shipped source; "deterministic": p for its problem under
     torch.use_deterministic_algorithms), a plan of its own (common.probe_plan)."""
     if v == "deterministic":
-        return dataclasses.replace(p, problem=dataclasses.replace(p.problem, deterministic=True))
+        return p.deterministic_variant()
     return p if v == "base" else common.probe_plan(p, PROBES[v])
 
 

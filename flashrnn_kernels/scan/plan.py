@@ -439,6 +439,11 @@ class ScanPlan:
         fewer values where h is not read."""
         return dataclasses.replace(self, problem=dataclasses.replace(self.problem, wanted=wanted))
 
+    def deterministic_variant(self) -> ScanPlan:
+        """This plan's block shape for its problem under torch.use_deterministic_algorithms (ScanProblem.deterministic:
+        compiled with SCAN_DETERMINISTIC)."""
+        return dataclasses.replace(self, problem=dataclasses.replace(self.problem, deterministic=True))
+
 
 def _fits_l2(gpu: hwmodels.GPUModel, nbytes: int) -> bool:
     """Whether `nbytes` fit in L2_REREAD_SHARE of the GPU's L2."""
@@ -715,7 +720,7 @@ def plan(problem: ScanProblem, gpu: hwmodels.GPUModel) -> ScanPlan:
     are deterministic as they are, and keep the plan itself (one kernel for both)."""
     if problem.deterministic:
         found = plan(dataclasses.replace(problem, deterministic=False), gpu)
-        return found if found.carry == "whole" else dataclasses.replace(found, problem=problem)
+        return found if found.carry == "whole" else found.deterministic_variant()
     if problem.wanted != ALL_GRADIENTS:
         found = plan(dataclasses.replace(problem, wanted=ALL_GRADIENTS), gpu).for_gradients(problem.wanted)
         return dataclasses.replace(found, estimate_ns=estimate_ns(found, gpu))

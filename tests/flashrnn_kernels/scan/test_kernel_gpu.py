@@ -5,7 +5,6 @@ fails the comparison."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 
 import pytest
@@ -309,8 +308,7 @@ def test_deterministic_split_lanes(name, dtype, carry):
     state, every look-back composes maps down to it or to a zero product): forward h and the backward's gradients
     against the fp64 reference."""
     shape = (1, 5000, 64)
-    plans = [dataclasses.replace(p, problem=dataclasses.replace(p.problem, deterministic=True))
-             for p in _carry_plans(name, dtype, shape, carry)]
+    plans = [p.deterministic_variant() for p in _carry_plans(name, dtype, shape, carry)]
     _check_plans(name, dtype, shape, plans, f"deterministic carry={carry}")
 
 
