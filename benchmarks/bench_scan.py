@@ -49,7 +49,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import plot, relative_error, time_cuda, time_graph, time_host, write_results  # noqa: E402
+from benchmarks.common import (plot, relative_error, require_cuda, time_cuda, time_graph, time_host,  # noqa: E402
+                               write_results)
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
@@ -593,8 +594,7 @@ def main(argv=None) -> list[dict]:
         shape, dname, part, copy_bw, quick, out = json.loads(args.group)
         return _group_rows(tuple(shape), dname, part, copy_bw, quick,
                            flush=lambda rows: Path(out).write_text(json.dumps(rows)))
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_scan needs a CUDA GPU")
+    require_cuda("bench_scan")
     copy_bw = copy_bandwidth()
     if args.plans:
         rows = plan_sweep(copy_bw)

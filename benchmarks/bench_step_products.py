@@ -13,9 +13,12 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import cupy
-from common import write_results
+from common import require_cuda, write_results
+
+if TYPE_CHECKING:
+    import cupy
 
 SOURCE = Path(__file__).resolve().parent / "kernels" / "step_products.cu"
 BLOCKS, STEPS = 96, 1024
@@ -25,6 +28,8 @@ FMA_PER_PRODUCT = 16 * 8 * 16
 
 def _module() -> tuple[cupy.RawModule, bool]:
     """The compiled kernels and whether step_wgmma is in them (Hopper, sm_90a)."""
+    import cupy  # here, not at the top: main checks for a GPU first
+
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     capability = cupy.cuda.Device().compute_capability  # e.g. "90"
     hopper = capability == "90"
@@ -35,6 +40,8 @@ def _module() -> tuple[cupy.RawModule, bool]:
 
 
 def cycles_per_step(kernel, threads: int) -> float:
+    import cupy
+
     cycles = cupy.zeros(BLOCKS, dtype=cupy.uint64)
     sink = cupy.zeros(BLOCKS * threads, dtype=cupy.float32)
     kernel((BLOCKS,), (threads,), (cycles, cupy.int32(STEPS), sink))
@@ -43,6 +50,7 @@ def cycles_per_step(kernel, threads: int) -> float:
 
 
 def main() -> None:
+    require_cuda("bench_step_products")
     module, hopper = _module()
     rows = []
     cases = [("mma.sync m16n8k16", "step_mma_sync", warps, 32 * warps) for warps in (4, 8, 12)]

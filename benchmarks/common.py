@@ -37,6 +37,13 @@ def results_dir() -> Path:
     return path
 
 
+def require_cuda(script: str) -> None:
+    """Exit with a message naming `script` where torch sees no CUDA GPU (the GPU-only benchmarks and probes)."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script}: CUDA is not available (torch.cuda.is_available() is False); it needs an NVIDIA "
+                         f"GPU and a CUDA build of torch")
+
+
 def time_cuda(fn: Callable[[], Any], *, warmup: int = 10, repeat: int = 50) -> float:
     """Median milliseconds of ``fn()`` over ``repeat`` calls after ``warmup`` untimed calls.
 

@@ -99,6 +99,7 @@ def main() -> None:
                         help="seconds a variant's process may take (a kernel that hangs fails the run instead)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    common.require_cuda("fused_packages_ab")
     wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
     cases = [c for c in CASES if not wanted or any(f" {w} " in f" {_label(*c)} " for w in wanted)]
     if args.worker:

@@ -91,6 +91,7 @@ def main() -> int:
     parser.add_argument("--name", default="fused_plan_variants", help="results file name")
     parser.add_argument("--against", help="JSON list of previous plans (with a batch key) to time plan() against")
     args = parser.parse_args()
+    common.require_cuda("fused_plan_variants")
     rows = []
     if args.against:  # the problems of the previous plans
         for fields in json.loads(open(args.against).read()):

@@ -16,7 +16,7 @@ import statistics
 import time
 
 import torch
-from common import machine_line, results_dir, time_cuda, write_results
+from common import machine_line, require_cuda, results_dir, time_cuda, write_results
 
 from flashrnn_kernels import flashrnn, linear_scan
 from flashrnn_kernels.runtime import launch as launch_module
@@ -99,6 +99,7 @@ def cases() -> dict:
 
 
 def main() -> None:
+    require_cuda("host_overhead")
     rows, profiles = [], []
     for name, fn in cases().items():
         event_ms = time_cuda(fn, warmup=20, repeat=200)

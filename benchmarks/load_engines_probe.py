@@ -14,7 +14,6 @@ import argparse
 import statistics
 from pathlib import Path
 
-import cupy
 import torch
 
 import common
@@ -31,6 +30,8 @@ def main() -> None:
     parser.add_argument("--write-ratio", default="0,2", help="comma-separated: 0 no writes; w: one chunk written "
                         "per w read")
     args = parser.parse_args()
+    common.require_cuda("load_engines_probe")
+    import cupy  # after the check: CPU machines have no CuPy
     if args.stages < 1:
         parser.error(f"--stages must be at least 1, got {args.stages}")
     props = torch.cuda.get_device_properties(0)

@@ -27,10 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--exchange", choices=("cluster", "global", "partials", "pairs"), default=None,
                         help="how a split head's blocks exchange a step (default: the planner's choice)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("sanitize_case: CUDA is not available (torch.cuda.is_available() is False); it needs a GPU.",
-              file=sys.stderr)
-        return 1
+    common.require_cuda("sanitize_case")
     import flashrnn_kernels
     from flashrnn_kernels.fused import function
 

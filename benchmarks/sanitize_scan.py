@@ -72,9 +72,7 @@ def run_pair(name: str, inputs: tuple, h0: torch.Tensor, dy: torch.Tensor, fwd, 
 
 def main() -> int:
     graphs = "--graphs" in sys.argv[1:]
-    if not torch.cuda.is_available():
-        print("sanitize_scan: CUDA is not available; it needs a GPU.", file=sys.stderr)
-        return 2
+    common.require_cuda("sanitize_scan")
     gpu = _device_gpu(torch.cuda.current_device())
     failed = False
     for dtype in (torch.bfloat16, torch.float32):

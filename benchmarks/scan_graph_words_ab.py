@@ -70,6 +70,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
+    common.require_cuda("scan_graph_words_ab")
     rows = []
     for name, shape, dtype in PROBLEMS:
         xs = inputs(name, shape, dtype)

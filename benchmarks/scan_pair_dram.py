@@ -14,6 +14,7 @@ import argparse
 
 import torch
 
+import common
 from flashrnn_kernels.scan import linear_scan
 from scan_pair_timeline import DTYPES, _elementwise_pair, pair_graph
 
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--replays", type=int, default=2)
     args = parser.parse_args()
+    common.require_cuda("scan_pair_dram")
     shape = tuple(int(v) for v in args.shape.split("x"))
     dtype = DTYPES[args.dtype]
     a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype).requires_grad_()

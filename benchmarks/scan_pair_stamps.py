@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import cupy
 import numpy as np
 import torch
 
@@ -78,6 +77,8 @@ def main() -> None:
     parser.add_argument("--shapes", default="1x65536x64")
     parser.add_argument("--dtypes", default="fp32,bf16")
     args = parser.parse_args()
+    common.require_cuda("scan_pair_stamps")
+    import cupy  # after the check: CPU machines have no CuPy
     ScanPlan.source = probe_source  # every scan kernel compiled from here on is the probe build
     scan_function._kernel.cache_clear()
     scan_function._launches.clear()

@@ -142,6 +142,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--pairs", type=int, default=10)
     args = parser.parse_args()
+    common.require_cuda("scan_pair_timeline")
     rows = []
     for shape_text in args.shapes.split(","):
         shape = tuple(int(v) for v in shape_text.split("x"))

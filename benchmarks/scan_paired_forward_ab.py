@@ -144,6 +144,7 @@ def main() -> None:
                         "or forward/backward shapes")
     parser.add_argument("--problems", help="with --shapes: comma-separated problems BxTxD:dtype (default PROBLEMS)")
     args = parser.parse_args()
+    common.require_cuda("scan_paired_forward_ab")
     if args.shapes:
         sweep(args.shapes.split(","), args.rounds, args.problems.split(",") if args.problems else None)
         return

@@ -94,6 +94,7 @@ def main() -> None:
                         help="decays uniform in (0.5, 1) or (0.999, 1), where no look-back ends early")
     parser.add_argument("--name", default="scan_probe_ab", help="results file name")
     args = parser.parse_args()
+    common.require_cuda("scan_probe_ab")
     ScanPlan.source = _source
     variants = ["base", *args.variants.split(",")]
     rows = []

@@ -66,6 +66,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
+    common.require_cuda("scan_wanted_grads_ab")
     rows = []
     for shape in SHAPES:
         for dtype in (torch.float32, torch.bfloat16):

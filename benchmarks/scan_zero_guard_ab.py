@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="scan.cu without the guard")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    common.require_cuda("scan_zero_guard_ab")
     sources = {"before": args.before.resolve(), "guard": scan_plan.SOURCE_PATH}
     rows = []
     for cell, shape in CASES:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-import cupy
 import torch
 
 import common
@@ -81,6 +80,8 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--blocks", type=int, nargs="+", default=[132, 264, 396])
     args = parser.parse_args()
+    common.require_cuda("stream_partition_probe")
+    import cupy  # after the check: CPU machines have no CuPy
     options = (f"-DSTEPS={args.steps}", f"-DSTAGES={args.stages}")
     kernel = cupy.RawModule(code=SOURCE, options=options).get_function("add_lanes")
     big = torch.empty(2**29, device="cuda")

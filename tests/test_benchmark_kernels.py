@@ -1,11 +1,14 @@
 """The benchmarks' own CUDA kernels compile with nvcc, without spills: step_products.cu for sm_80 (mma.sync) and
 sm_90a (mma.sync and wgmma), load_engines.cu for sm_90 (bulk copies), and the scan kernel's probe builds of
-scan_probe_ab.py (their patches still apply to scan.cu); bench_scan's verdicts compare with the baselines alone."""
+scan_probe_ab.py (their patches still apply to scan.cu); bench_scan's verdicts compare with the baselines alone; the
+GPU-only scripts say so where there is no GPU."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,30 @@ def test_scan_table_judges_against_accelerated_scan_alone(monkeypatch):
     assert rows[0]["speedup vs best accelerated-scan"] == pytest.approx(3.0)
     assert rows[0]["target vs accelerated-scan"] == "pass" and rows[0]["target >=95% copy"] == "FAIL"
     assert not any(k.startswith(("speedup", "target")) for k in rows[1])
+
+
+GPU_SCRIPTS = {
+    "bench_scan": [], "bench_step_products": [], "fused_packages_ab": [], "fused_plan_variants": [],
+    "host_overhead": [], "load_engines_probe": [], "sanitize_case": [], "sanitize_scan": [],
+    "scan_graph_words_ab": [], "scan_pair_dram": [], "scan_pair_stamps": [], "scan_pair_timeline": [],
+    "scan_paired_forward_ab": [], "scan_probe_ab": [], "scan_wanted_grads_ab": [],
+    "scan_zero_guard_ab": ["--before", "scan.cu"], "stream_partition_probe": [],
+}
+"""The benchmark scripts that need a GPU, with the arguments they require."""
+
+
+def test_gpu_scripts_are_listed():
+    """Every script under benchmarks/ that calls require_cuda is in GPU_SCRIPTS, so the test below runs it."""
+    calling = {path.stem for path in KERNELS.parent.glob("*.py") if "require_cuda(" in path.read_text()}
+    assert calling - {"common"} == set(GPU_SCRIPTS)
+
+
+@pytest.mark.parametrize("script", sorted(GPU_SCRIPTS))
+def test_gpu_scripts_exit_with_a_message_without_cuda(script):
+    """Without a visible GPU each GPU-only script exits non-zero naming itself and what it needs, not with a
+    traceback from inside torch or CuPy."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", BENCH_RESULTS_DIR=os.devnull)
+    result = subprocess.run([sys.executable, f"{script}.py", *GPU_SCRIPTS[script]], cwd=KERNELS.parent, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert f"{script}: CUDA is not available" in result.stderr and "Traceback" not in result.stderr, result.stderr
