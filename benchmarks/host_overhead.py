@@ -21,7 +21,8 @@ from common import machine_line, require_cuda, results_dir, time_cuda, write_res
 from flashrnn_kernels import flashrnn, linear_scan
 from flashrnn_kernels.runtime import launch as launch_module
 from flashrnn_kernels.runtime.launch import launch
-from flashrnn_kernels.scan.function import _kernel, device_plan, run_scan
+from flashrnn_kernels.scan import function as scan_function
+from flashrnn_kernels.scan.function import run_scan
 
 CALLS = 200
 
@@ -66,6 +67,20 @@ def plain_launches(fn):
     return call
 
 
+def scan_launch(*args, **kwargs) -> tuple[tuple, dict]:
+    """The positional and keyword arguments of the launch() that run_scan(*args, **kwargs) makes (made here once,
+    then not launched), so that the launch cases below pass the kernel exactly what the launcher does."""
+    made = []
+    kept = scan_function.launch
+    scan_function.launch = lambda *a, **k: made.append((a, k))
+    try:
+        run_scan(*args, **kwargs)
+    finally:
+        scan_function.launch = kept
+    (found,) = made
+    return found
+
+
 def cases() -> dict:
     a = torch.rand(8, 256, 1536, device="cuda") * 0.5 + 0.5
     b = torch.randn(8, 256, 1536, device="cuda")
@@ -75,20 +90,15 @@ def cases() -> dict:
     R = (torch.randn(4, NH, DH, DH, device="cuda") / DH**0.5).to(torch.bfloat16)
     bias = torch.randn(4, NH, DH, device="cuda", dtype=torch.bfloat16) * 0.1
     empty = torch.empty(1, device="cuda")
-    p = device_plan("linear", a, "forward")
-    kernel, y = _kernel(p, a.device.index), torch.empty_like(a)
-    lanes, segments = 8 * p.d_tiles(1536), p.segments(8 * p.d_tiles(1536), p.chunks(256))
-    words = torch.zeros(2, lanes * segments * p.tile, device="cuda", dtype=torch.int64)
-    args = (a, b, None, None, None, None, y, None, None, None, *words, 256, 1536, p.d_tiles(1536), lanes, segments)
-    epochs = iter(range(1, 1 << 31))  # a fresh epoch per launch, as the workspace gives
-    launch_shape = ((lanes * segments,), (p.threads_d, p.threads_t))
+    (kernel, grid, block, args), options = scan_launch("linear", "forward", (a, b), None)
+    options = {**options, "programmatic": False}
+    epochs = iter(range(1, 1 << 31))  # a fresh epoch per launch, as the workspace gives (the last argument)
     return {
         "linear_scan [8, 256, 1536] fp32": lambda: linear_scan(a, b),
         "run_scan (launcher, no checks or op)": lambda: run_scan("linear", "forward", (a, b), None),
-        "launch() (driver call)": lambda: launch(kernel, *launch_shape, (*args, next(epochs)),
-                                                 shared_mem=p.stage_bytes),
-        "launch() programmatic (cuLaunchKernelEx)": lambda: launch(kernel, *launch_shape, (*args, next(epochs)),
-                                                                   shared_mem=p.stage_bytes, programmatic=True),
+        "launch() (driver call)": lambda: launch(kernel, grid, block, (*args[:-1], next(epochs)), **options),
+        "launch() programmatic (cuLaunchKernelEx)": lambda: launch(kernel, grid, block, (*args[:-1], next(epochs)),
+                                                                   **{**options, "programmatic": True}),
         "linear_scan forward+backward (programmatic backward)": lambda: torch.autograd.grad(
             linear_scan(a_grad, b_grad), (a_grad, b_grad), dy),
         "linear_scan forward+backward (plain launches)": plain_launches(lambda: torch.autograd.grad(
