@@ -1,5 +1,7 @@
 """Probe builds of the scan kernel against the shipped one: each variant (PROBES) patches scan.cu's source
-(common.probe_source) for every plan it runs; "deterministic" runs the plans of torch's deterministic mode.
+(common.probe_source) for every plan it runs; "deterministic" runs the plans of torch's deterministic mode;
+"held<S>x<H>@<N>" runs chained forwards of S steps per thread, the first H of them held in registers (ScanPlan.held),
+N blocks per SM.
 
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
@@ -14,12 +16,14 @@ Writes scan_probe_ab.{csv,md} (or --name's) to BENCH_RESULTS_DIR (default benchm
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 
 import torch
 
 import common
 from flashrnn_kernels.scan.function import device_plan, run_scan
+from flashrnn_kernels.runtime.device import device_gpu
 from flashrnn_kernels.scan.plan import ScanPlan
 from flashrnn_kernels.scan.reference import linear_scan_chunked
 from bench_scan import THIN_DECAYS
@@ -70,11 +74,19 @@ PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)},
 _source = common.probe_build_source(ScanPlan.source)
 
 
+HELD = re.compile(r"held(\d+)x(\d+)@(\d+)")
+
+
 def _variant(p, v: str):
     """Plan p built as probe v ("base": p itself, the shipped source; "deterministic": p for its problem under
-    torch.use_deterministic_algorithms), a plan of its own (common.probe_plan)."""
+    torch.use_deterministic_algorithms; "held...": see the module docstring, backwards and other carries as they are),
+    a plan of its own (common.probe_plan)."""
     if v == "deterministic":
         return p.deterministic_variant()
+    if held := HELD.fullmatch(v):
+        if p.carry != "chained" or p.problem.direction != "forward":
+            return p
+        return p.holding(device_gpu(torch.cuda.current_device()), *(int(g) for g in held.groups()))
     return p if v == "base" else common.probe_plan(p, PROBES[v])
 
 
@@ -146,7 +158,8 @@ def main() -> None:
                "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; noscan "
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
                "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
-               "(only segment 0 publishes its final state). decays: "
+               "(only segment 0 publishes its final state); heldSxH@N: chained forwards of S steps per thread, the "
+               "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM. decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))
 

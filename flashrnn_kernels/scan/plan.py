@@ -356,6 +356,16 @@ class ScanPlan:
     """Registers per thread ptxas may use: the cap __launch_bounds__(threads, min_blocks) gives it."""
     estimate_ns: int
     """The time model's value for the problem's bucket (B, T)."""
+    held: int = 0
+    """Steps per thread a chained forward loads into registers instead of staging them (scan.cu, SCAN_HELD): where a
+    launch's inputs exceed the GPU's shared memory, that fits its blocks in one wave. The solver leaves it 0."""
+
+    def __post_init__(self) -> None:
+        chained_forward = self.carry == "chained" and self.problem.direction == "forward"
+        if self.held and not (chained_forward and 0 < self.held < self.steps):
+            raise ValueError(f"held={self.held!r}: only a chained forward holds steps in registers, fewer than its "
+                             f"{self.steps} steps per thread (this plan: carry={self.carry!r}, "
+                             f"{self.problem.direction}); use held=0")
 
     @property
     def slots(self) -> int:
@@ -384,7 +394,7 @@ class ScanPlan:
     @property
     def stage_bytes(self) -> int:
         """Dynamic shared memory: `stages` staged chunks of inputs."""
-        return stage_bytes(self.problem, self.chunk_len, self.tile, self.stages)
+        return stage_bytes(self.problem, self.threads_t * (self.steps - self.held), self.tile, self.stages)
 
     def segments(self, lanes: int, chunks: int) -> int:
         """Segments per lane at launch: one for whole lanes; one per chunk when chained; else as many as keep every
@@ -426,6 +436,7 @@ class ScanPlan:
             "SCAN_SPLIT": CARRIES.index(self.carry),  # 0 whole lanes, 1 resident, 2 chained segments
             "SCAN_STAGE_BYTES": self.stage_bytes,  # the dynamic shared memory of a launch: scan.cu checks its layout
             "SCAN_WANTED": self.problem.wanted,  # the backward's gradients (bit i: input i)
+            "SCAN_HELD": self.held,
             "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: only segment 0 publishes a final
         }
 
@@ -438,6 +449,12 @@ class ScanPlan:
         """This backward plan's block shape writing the gradients `wanted` (ScanProblem.wanted): its stage holds
         fewer values where h is not read."""
         return dataclasses.replace(self, problem=dataclasses.replace(self.problem, wanted=wanted))
+
+    def holding(self, gpu: hwmodels.GPUModel, steps: int, held: int, min_blocks: int) -> ScanPlan:
+        """This chained forward's block shape with `steps` steps per thread, the first `held` of them loaded into
+        registers, `min_blocks` blocks per SM (and the register cap that gives)."""
+        return dataclasses.replace(self, steps=steps, held=held, min_blocks=min_blocks,
+                                   regs_estimate=register_cap(gpu, self.threads, min_blocks))
 
     def deterministic_variant(self) -> ScanPlan:
         """This plan's block shape for its problem under torch.use_deterministic_algorithms (ScanProblem.deterministic:

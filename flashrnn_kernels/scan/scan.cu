@@ -45,7 +45,7 @@
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
     !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES) || \
-    !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC)
+    !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC) || !defined(SCAN_HELD)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -83,7 +83,10 @@ typedef __half elem_t;
 #define SCAN_STAGED (SCAN_REVERSE ? SCAN_INPUTS + SCAN_READS_H + (SCAN_CELL != 0) : SCAN_INPUTS)
 #define SCAN_SLOT_H SCAN_INPUTS
 #define SCAN_SLOT_X (SCAN_INPUTS + SCAN_READS_H)
-#define SCAN_STAGE (SCAN_STAGED * SCAN_CHUNK * SCAN_TILE)                  // elements of one staged chunk
+// A chained forward may hold its first SCAN_HELD steps per thread in registers instead of staging them: where a
+// launch's inputs exceed the GPU's shared memory, that fits every block in one wave.
+#define SCAN_STAGED_ROWS (SCAN_THREADS_T * (SCAN_STEPS - SCAN_HELD))      // staged rows of one chunk
+#define SCAN_STAGE (SCAN_STAGED * SCAN_STAGED_ROWS * SCAN_TILE)            // elements of one staged chunk
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks
 #define SCAN_ROW_BATCH (SCAN_THREADS_T < 8 ? SCAN_THREADS_T : 8)  // rows of s_a / s_b read ahead (for_rows)
@@ -98,6 +101,8 @@ static_assert(SCAN_THREADS >= 32, "a block is at least one warp");
 static_assert((SCAN_VEC & (SCAN_VEC - 1)) == 0, "SCAN_VEC is a power of two");
 static_assert(SCAN_THREADS_T % SCAN_ROW_BATCH == 0, "rows are read ahead in whole batches");
 static_assert(SCAN_CELL >= 0 && SCAN_CELL <= 2, "SCAN_CELL is 0 (linear), 1 (minGRU) or 2 (minLSTM)");
+static_assert(SCAN_HELD == 0 || (SCAN_SPLIT == 2 && !SCAN_REVERSE && SCAN_HELD < SCAN_STEPS),
+              "only chained forwards hold steps in registers, and stage at least one");
 static_assert(SCAN_STAGES * SCAN_STAGE * sizeof(elem_t) == SCAN_STAGE_BYTES,
               "the staged chunks fill exactly the dynamic shared memory the plan launches with");
 
@@ -205,81 +210,7 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 }
 
 #include "scan/carries.cuh"
-
-// The staged copy of input k, step i of this thread (within its chunk), in buffer `buf`. Rows are step-major
-// (row i * SCAN_THREADS_T + ty), so at one step a warp's threads read consecutive 16-byte pieces: no bank conflicts.
-__device__ __forceinline__ elem_t* staged(elem_t* stage, int buf, int k, int i, int tx, int ty) {
-    return stage + ((buf * SCAN_STAGED + k) * SCAN_CHUNK + i * SCAN_THREADS_T + ty) * SCAN_TILE + tx * SCAN_VEC;
-}
-
-__device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
-    if constexpr (SCAN_ACCESS == 16) {
-        cp_async16(dst, src, true);
-    } else if constexpr (SCAN_ACCESS == 8 || SCAN_ACCESS == 4) {
-        cp_async_small<SCAN_ACCESS>(dst, src);
-    } else {
-        *dst = *src;  // a 2-byte access: a plain copy, visible to this thread when it reads the stage back
-    }
-}
-
-// Where one chunk of one lane sits for this thread.
-struct ChunkAt {
-    int batch, d, s0, t0;
-    long long base;  // element offset of this thread's first step
-    bool active;     // this thread's channels exist (d < D)
-    int step;        // element offset from one step of this thread to the next (in scan order)
-
-    __device__ __forceinline__ ChunkAt(int chunk, int lane, int d_tiles, int T, int D) {
-        batch = lane / d_tiles;
-        d = (lane - batch * d_tiles) * SCAN_TILE + threadIdx.x * SCAN_VEC;
-        active = d < D;
-        s0 = chunk * SCAN_CHUNK + threadIdx.y * SCAN_STEPS;  // first step of this thread, in scan order
-        t0 = SCAN_REVERSE ? T - 1 - s0 : s0;
-        base = ((long long)batch * T + t0) * D + d;
-        step = SCAN_REVERSE ? -D : D;
-    }
-
-    // every step of this thread's part of the chunk exists and so do its channels
-    __device__ __forceinline__ bool complete(int T) const { return active && s0 + SCAN_STEPS <= T; }
-};
-
-// Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step;
-// reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1), and with `all` what
-// the gradients need besides (SCAN_STAGED; h_{t-1} where SCAN_READS_H; without `all`, the maps alone: pass A of a
-// segment staged again for pass B).
-__device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
-                                            const elem_t* x1, const elem_t* x2, const elem_t* x3,
-                                            const elem_t* dy, const elem_t* h, bool all) {
-    if (!at.active) return;
-#pragma unroll
-    for (int i = 0; i < SCAN_STEPS; ++i) {
-        const int s = at.s0 + i;
-        if (s >= T) break;
-        const long long off = at.base + (long long)i * at.step;
-#if SCAN_REVERSE
-        stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), dy + off);
-        if (s > 0) {
-            stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off + D);
-#if SCAN_CELL == 2
-            stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x2 + off + D);
-#endif
-        }
-        if (all) {
-            if (SCAN_READS_H && s < T - 1)
-                stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
-#if SCAN_CELL != 0
-            stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y), (SCAN_CELL == 1 ? x2 : x3) + off);
-#endif
-        }
-#else
-        stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off);
-        stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), x2 + off);
-#if SCAN_CELL == 2
-        stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x3 + off);
-#endif
-#endif
-    }
-}
+#include "scan/staging.cuh"
 
 // x1, x2, x3: cell inputs [B, T, D] (x3 only for minLSTM); h0: [B, D] or null.
 // Forward: y1 = h [B, T, D]. Reverse (backward): dy = dL/dh [B, T, D], h = forward states [B, T, D];
@@ -313,6 +244,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     const int lane = blockIdx.x % lanes, seg = blockIdx.x / lanes;
     const int chunks = (T + SCAN_CHUNK - 1) / SCAN_CHUNK;
     const int first = (int)((long long)seg * chunks / segments), end = (int)((long long)(seg + 1) * chunks / segments);
+    Held held;                // a chained forward's first SCAN_HELD steps per thread
     float carry[SCAN_OWNED];  // carry-in of the current chunk for the channels this thread combines in phase 2
 #if SCAN_CELL != 0
     float ma[SCAN_STEPS][SCAN_VEC], mb[SCAN_STEPS][SCAN_VEC];  // this thread's maps of the current chunk
@@ -385,11 +317,17 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             return;
         }
         float x1v[SCAN_VEC], x2v[SCAN_VEC], x3v[SCAN_VEC];
-        unpack(load_pack(staged(stage, buf, 0, i, tx, ty)), x1v);
-        unpack(load_pack(staged(stage, buf, 1, i, tx, ty)), x2v);
+        if (i < SCAN_HELD) {
+            unpack(held.v[i][0], x1v);
+            unpack(held.v[i][1], x2v);
+            if constexpr (SCAN_CELL == 2) unpack(held.v[i][SCAN_INPUTS - 1], x3v);
+        } else {
+            unpack(load_pack(staged(stage, buf, 0, i, tx, ty)), x1v);
+            unpack(load_pack(staged(stage, buf, 1, i, tx, ty)), x2v);
 #if SCAN_CELL == 2
-        unpack(load_pack(staged(stage, buf, 2, i, tx, ty)), x3v);
+            unpack(load_pack(staged(stage, buf, 2, i, tx, ty)), x3v);
 #endif
+        }
 #pragma unroll
         for (int j = 0; j < SCAN_VEC; ++j) {
             const float v1 = x1v[j], v2 = x2v[j], v3 = SCAN_CELL == 2 ? x3v[j] : 0.0f;
@@ -593,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
 #pragma unroll
         for (int c = 0; c < SCAN_STAGES - 1; ++c) {
             if (first + c < end)
-                stage_chunk(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3, dy, h, all);
+                stage_chunk(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3, dy, h, all, held);
             cp_async_commit();
         }
     };
@@ -601,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     auto advance = [&](int c, bool all) {
         const int ahead = c + SCAN_STAGES - 1;
         if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), T, D,
-                                     x1, x2, x3, dy, h, all);
+                                     x1, x2, x3, dy, h, all, held);
         cp_async_commit();
         cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
         return (c - first) % SCAN_STAGES;

@@ -312,6 +312,20 @@ def test_deterministic_split_lanes(name, dtype, carry):
     _check_plans(name, dtype, shape, plans, f"deterministic carry={carry}")
 
 
+@pytest.mark.parametrize("shape", [(1, 5000, 64), (2, 65537, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPS))
+def test_held_steps(name, dtype, shape):
+    """Chained forwards holding the first 4 of 21 steps per thread in registers (ScanPlan.holding, SCAN_HELD; with
+    the H200's plans a last chunk at T = 5000 ends inside a thread's held steps): h and the backward's gradients
+    against the fp64 reference."""
+    from flashrnn_kernels.scan.function import _device_gpu
+
+    forward, backward = _carry_plans(name, dtype, shape, "chained")
+    held = forward.holding(_device_gpu(torch.cuda.current_device()), 21, 4, forward.min_blocks)
+    _check_plans(name, dtype, shape, [held, backward], "held 4 of 21 steps")
+
+
 @pytest.mark.parametrize("carry", ["whole", "resident", "chained"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(OPS))

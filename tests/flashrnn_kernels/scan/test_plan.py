@@ -383,6 +383,53 @@ def test_deterministic_split_lanes_compile_without_spills(arch, gpu_name, tmp_pa
     _assert_compile_within_plans(plans, arch, gpu, tmp_path)
 
 
+def _thin_held_plans(gpu) -> dict:
+    """The thin linear_scan's paired forwards (fp32, bf16) holding 4 and 5 of 21 steps per thread in registers at 3
+    blocks per SM: fp32 [1, 65536, 64] in one wave of 392 blocks (scan_probe_ab.py's held21x4@3, held21x5@3)."""
+    plans = {}
+    for dtype in ("float32", "bfloat16"):
+        p = plan(ScanProblem.for_shape("linear", 1, 65536, 64, dtype, "forward", paired=True), gpu)
+        for held in (4, 5):
+            q = p.holding(gpu, 21, held, 3)
+            plans[q.source()] = q
+    return plans
+
+
+@requires_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_held_steps_compile_without_spills(arch, tmp_path):
+    """Chained forwards holding their first steps in registers (SCAN_HELD) compile within their budget (the H200's
+    plans, for both architectures)."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    _assert_compile_within_plans(_thin_held_plans(gpu), arch, gpu, tmp_path)
+
+
+def test_held_steps_leave_the_stage_and_fit_one_wave():
+    """Held steps are not staged; the fp32 thin forward's 392 blocks of 21 steps per thread fit 3 per SM on the H200
+    (its inputs, 33.5 MB, exceed the 132 SMs' shared memory)."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for p in _thin_held_plans(gpu).values():
+        assert p.stage_bytes == p.problem.staged_count * p.threads_t * (p.steps - p.held) * p.tile * \
+            p.problem.element_bytes
+        if p.problem.dtype == "float32":
+            per_block = p.stage_bytes + p.smem_bytes + gpu.smem_reserved_per_block
+            assert 3 * per_block <= gpu.smem_per_sm and 2 * p.chunks(65536) <= 3 * gpu.sm_count
+
+
+def test_held_steps_only_in_chained_forwards():
+    gpu = hwmodels.load("H200-SXM-141GB")
+    forward = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "forward", paired=True), gpu)
+    backward = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "backward"), gpu)
+    resident = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "forward"), gpu)
+    assert forward.carry == "chained" and resident.carry == "resident"
+    with pytest.raises(ValueError, match="only a chained forward holds steps"):
+        backward.holding(gpu, 8, 2, 2)
+    with pytest.raises(ValueError, match="only a chained forward holds steps"):
+        resident.holding(gpu, 16, 2, 2)
+    with pytest.raises(ValueError, match="fewer than its 16 steps"):
+        dataclasses.replace(forward, held=16)
+
+
 @requires_nvcc
 def test_stage_starts_128_byte_aligned_after_rows_that_end_off_it(tmp_path):
     """Rows of 2 x 260 fp32 maps end 64 bytes past a 128-byte boundary: the plan counts the padding that ptxas lays

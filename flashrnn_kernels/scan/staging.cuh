@@ -1,0 +1,93 @@
+// How a thread stages its part of a chunk (scan.cu): the inputs of its steps copied into shared memory with
+// cp.async, those of a chained forward's first SCAN_HELD steps loaded into registers. Included by scan.cu after
+// its plan's defines and types.
+#pragma once
+
+// The inputs of a thread's first SCAN_HELD steps of its chunk, loaded into registers instead of the stage.
+struct Held {
+    pack_t v[SCAN_HELD > 0 ? SCAN_HELD : 1][SCAN_INPUTS];
+};
+
+// The staged copy of input k, step i >= SCAN_HELD of this thread (within its chunk), in buffer `buf`. Rows are
+// step-major (row (i - SCAN_HELD) * SCAN_THREADS_T + ty), so at one step a warp's threads read consecutive 16-byte
+// pieces: no bank conflicts.
+__device__ __forceinline__ elem_t* staged(elem_t* stage, int buf, int k, int i, int tx, int ty) {
+    return stage + ((buf * SCAN_STAGED + k) * SCAN_STAGED_ROWS + (i - SCAN_HELD) * SCAN_THREADS_T + ty) * SCAN_TILE +
+           tx * SCAN_VEC;
+}
+
+__device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
+    if constexpr (SCAN_ACCESS == 16) {
+        cp_async16(dst, src, true);
+    } else if constexpr (SCAN_ACCESS == 8 || SCAN_ACCESS == 4) {
+        cp_async_small<SCAN_ACCESS>(dst, src);
+    } else {
+        *dst = *src;  // a 2-byte access: a plain copy, visible to this thread when it reads the stage back
+    }
+}
+
+// Where one chunk of one lane sits for this thread.
+struct ChunkAt {
+    int batch, d, s0, t0;
+    long long base;  // element offset of this thread's first step
+    bool active;     // this thread's channels exist (d < D)
+    int step;        // element offset from one step of this thread to the next (in scan order)
+
+    __device__ __forceinline__ ChunkAt(int chunk, int lane, int d_tiles, int T, int D) {
+        batch = lane / d_tiles;
+        d = (lane - batch * d_tiles) * SCAN_TILE + threadIdx.x * SCAN_VEC;
+        active = d < D;
+        s0 = chunk * SCAN_CHUNK + threadIdx.y * SCAN_STEPS;  // first step of this thread, in scan order
+        t0 = SCAN_REVERSE ? T - 1 - s0 : s0;
+        base = ((long long)batch * T + t0) * D + d;
+        step = SCAN_REVERSE ? -D : D;
+    }
+
+    // every step of this thread's part of the chunk exists and so do its channels
+    __device__ __forceinline__ bool complete(int T) const { return active && s0 + SCAN_STEPS <= T; }
+};
+
+// Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step (the
+// first SCAN_HELD steps' loads into `held`);
+// reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1), and with `all` what
+// the gradients need besides (SCAN_STAGED; h_{t-1} where SCAN_READS_H; without `all`, the maps alone: pass A of a
+// segment staged again for pass B).
+__device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
+                                            const elem_t* x1, const elem_t* x2, const elem_t* x3,
+                                            const elem_t* dy, const elem_t* h, bool all, Held& held) {
+    if (!at.active) return;
+#pragma unroll
+    for (int i = 0; i < SCAN_STEPS; ++i) {
+        const int s = at.s0 + i;
+        if (s >= T) break;
+        const long long off = at.base + (long long)i * at.step;
+#if SCAN_REVERSE
+        stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), dy + off);
+        if (s > 0) {
+            stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off + D);
+#if SCAN_CELL == 2
+            stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x2 + off + D);
+#endif
+        }
+        if (all) {
+            if (SCAN_READS_H && s < T - 1)
+                stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
+#if SCAN_CELL != 0
+            stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y), (SCAN_CELL == 1 ? x2 : x3) + off);
+#endif
+        }
+#else
+        if (i < SCAN_HELD) {
+            held.v[i][0] = load_pack(x1 + off);
+            held.v[i][1] = load_pack(x2 + off);
+            if constexpr (SCAN_CELL == 2) held.v[i][SCAN_INPUTS - 1] = load_pack(x3 + off);
+            continue;
+        }
+        stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off);
+        stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), x2 + off);
+#if SCAN_CELL == 2
+        stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x3 + off);
+#endif
+#endif
+    }
+}
