@@ -1,13 +1,14 @@
 """ScanPlan: the scan kernel's compile-time shape and how it splits lanes, chosen by a constrint model from a
 ScanProblem and a GPUModel.
 
-Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread,
-one access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages` (chunks staged in shared
-memory), `min_blocks` (resident blocks per SM the launch bounds promise) and `carry` (how a lane's chunks are split
-over blocks, see scan.cu and CARRIES). Everything else (threads, chunk length, tile, shared memory, the register cap
-the launch bounds give ptxas) is derived here; scan.cu re-checks the block shape by static_assert. The problem
-carries B and T rounded up to powers of two (ScanProblem.for_shape), so one plan serves every shape of its bucket;
-the number of segments is chosen at launch (`segments`).
+Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread, one
+access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages` (chunks staged in shared memory),
+`min_blocks` (resident blocks per SM the launch bounds promise) and `carry` (how a lane's chunks are split over
+blocks, see scan.cu and CARRIES); `held` (a chained forward's steps per thread loaded into registers instead of
+staged: ScanPlan.holding builds such plans, the model does not choose them). Everything else (threads, chunk length,
+tile, shared memory, the register cap the launch bounds give ptxas) is derived here; scan.cu re-checks the block
+shape by static_assert. The problem carries B and T rounded up to powers of two (ScanProblem.for_shape), so one plan
+serves every shape of its bucket; the number of segments is chosen at launch (`segments`).
 
 Registers: the minGRU / minLSTM kernels keep their steps' maps (a, b), 2 * steps * vec fp32 values, in registers
 from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value. The linear kernel reads its
@@ -437,7 +438,7 @@ class ScanPlan:
             "SCAN_STAGE_BYTES": self.stage_bytes,  # the dynamic shared memory of a launch: scan.cu checks its layout
             "SCAN_WANTED": self.problem.wanted,  # the backward's gradients (bit i: input i)
             "SCAN_HELD": self.held,
-            "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: only segment 0 publishes a final
+            "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: segment 0 alone publishes a state
         }
 
     def source(self) -> str:
