@@ -1,7 +1,7 @@
 """Probe builds of the scan kernel against the shipped one: each variant (PROBES) patches scan.cu's source
 (common.probe_source) for every plan it runs; "deterministic" runs the plans of torch's deterministic mode;
 "held<S>x<H>@<N>" runs chained forwards of S steps per thread, the first H of them held in registers (ScanPlan.held),
-N blocks per SM.
+N blocks per SM; "unheld" runs the solver's best plans holding no steps where its plan holds some.
 
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
@@ -24,7 +24,7 @@ import torch
 import common
 from flashrnn_kernels.scan.function import device_plan, run_scan
 from flashrnn_kernels.runtime.device import device_gpu
-from flashrnn_kernels.scan.plan import ScanPlan
+from flashrnn_kernels.scan.plan import ScanPlan, carry_plan
 from flashrnn_kernels.scan.reference import linear_scan_chunked
 from bench_scan import THIN_DECAYS
 from scan_pair_timeline import DTYPES
@@ -83,6 +83,8 @@ def _variant(p, v: str):
     a plan of its own (common.probe_plan)."""
     if v == "deterministic":
         return p.deterministic_variant()
+    if v == "unheld":
+        return carry_plan(p.problem, device_gpu(torch.cuda.current_device()), p.carry, held=0) if p.held else p
     if held := HELD.fullmatch(v):
         if p.carry != "chained" or p.problem.direction != "forward":
             return p
@@ -159,7 +161,8 @@ def main() -> None:
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
                "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
                "(only segment 0 publishes its final state); heldSxH@N: chained forwards of S steps per thread, the "
-               "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM. decays: "
+               "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
+               "solver's best plan holding no steps. decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))
 

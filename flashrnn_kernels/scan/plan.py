@@ -4,8 +4,9 @@ ScanProblem and a GPUModel.
 Primary fields: `threads_d` (threads along D), `threads_t` (thread rows along time), `vec` (channels per thread, one
 access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages` (chunks staged in shared memory),
 `min_blocks` (resident blocks per SM the launch bounds promise) and `carry` (how a lane's chunks are split over
-blocks, see scan.cu and CARRIES); `held` (a chained forward's steps per thread loaded into registers instead of
-staged: ScanPlan.holding builds such plans, the model does not choose them). Everything else (threads, chunk length,
+blocks, see scan.cu and CARRIES); `held` (a linear chained forward's steps per thread loaded into registers instead of
+staged, over WorkModel.chained_steps staged ones: the model holds the fewest that put a launch in one wave where its
+staged steps alone need more; ScanPlan.holding builds any such plan). Everything else (threads, chunk length,
 tile, shared memory, the register cap the launch bounds give ptxas) is derived here; scan.cu re-checks the block
 shape by static_assert. The problem carries B and T rounded up to powers of two (ScanProblem.for_shape), so one plan
 serves every shape of its bucket; the number of segments is chosen at launch (`segments`).
@@ -64,6 +65,15 @@ forward of 2-step rows; 96 compiles every dtype, direction and block shape of th
 LINEAR_REGISTERS_16 = 184
 """The linear kernel's need at 16 steps per thread: the fp32 backward (vec 4) takes 180 registers unbounded and
 spilled under a cap of 168 (nvcc 13, sm_90)."""
+
+LINEAR_HELD_REGISTERS = 168
+"""The linear kernel's need in a chained forward holding steps in registers (at most MAX_HELD over 16 staged steps):
+under a cap of 168 (3 blocks of 128 threads per SM) the fp32 and bf16 forwards of 16 + 4, 16 + 5 and 16 + 8 steps
+compile without spills (nvcc 13, sm_90 and sm_80), though unbounded they take 196-254 registers: ptxas moves the
+held loads nearer their use. So the model holds steps only where the launch bounds cap ptxas at this need."""
+
+MAX_HELD = 8
+"""Steps per thread a chained forward holds in registers at most (ScanPlan.held)."""
 
 LATENCY_NS = 1000
 """Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load). On the
@@ -299,12 +309,12 @@ def prefix_register_need(stages, vec):
     return (2 * stages * vec + 7) // 8 * 8
 
 
-def register_need(problem: ScanProblem, steps: int, vec: int, stages: int, carry: str) -> int:
+def register_need(problem: ScanProblem, steps: int, vec: int, stages: int, carry: str, held: int = 0) -> int:
     """Registers per thread the kernel compiles into without spills (see REG_OVERHEAD; split lanes add
-    prefix_register_need)."""
+    prefix_register_need; a linear forward holding steps needs LINEAR_HELD_REGISTERS)."""
     prefix = prefix_register_need(stages, vec) if carry == "resident" else 0
     if problem.cell == "linear":
-        return linear_register_need(steps) + prefix
+        return (LINEAR_HELD_REGISTERS if held else linear_register_need(steps)) + prefix
     return map_register_need(problem, max(MIN_MAP_FLOATS // 2, steps * vec)) + prefix
 
 
@@ -358,8 +368,8 @@ class ScanPlan:
     estimate_ns: int
     """The time model's value for the problem's bucket (B, T)."""
     held: int = 0
-    """Steps per thread a chained forward loads into registers instead of staging them (scan.cu, SCAN_HELD): where a
-    launch's inputs exceed the GPU's shared memory, that fits its blocks in one wave. The solver leaves it 0."""
+    """Steps per thread a chained forward loads into registers instead of staging them (scan.cu, SCAN_HELD; `steps`
+    counts them): where a launch's inputs exceed the GPU's shared memory, that fits its blocks in one wave."""
 
     def __post_init__(self) -> None:
         chained_forward = self.carry == "chained" and self.problem.direction == "forward"
@@ -502,7 +512,10 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     td = m.int_var(values=[v for v in work.threads_d if v <= min(256, gpu.max_threads_per_block)], name="threads_d")
     tt = m.int_var(values=list(POW2_ROWS), name="threads_t")
     vec = m.int_var(values=[v for v in POW2 if v * esize <= 16], name="vec")
-    steps = m.int_var(values=list(STEP_CHOICES), name="steps")
+    staged_steps = m.int_var(values=list(STEP_CHOICES), name="staged_steps")
+    held = m.int_var(0, MAX_HELD, "held")
+    steps = m.int_var(values=sorted({s + h for s in STEP_CHOICES for h in range(MAX_HELD + 1)}), name="steps")
+    m.add(steps == staged_steps + held, name="steps_staged_and_held")
     stages = m.int_var(values=list(STAGE_CHOICES), name="stages")
     occ = m.int_var(1, min(16, gpu.max_blocks_per_sm), "occupancy")
     d_tiles = m.int_var(1, dim, "d_tiles")
@@ -517,9 +530,15 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     if work.chained_max_rows:
         m.add(m.any_of([chained == 0, tt <= work.chained_max_rows]), name="chained_rows_at_most")
     m.add(m.any_of([chained == 0, stages == 1]), name="chained_stages_one_chunk")
+    if problem.cell == "linear" and not backward:  # held steps (ScanPlan.held): over the preferred staged steps
+        m.add(held <= MAX_HELD * chained, name="held_steps_only_when_chained")
+        m.add(m.any_of([held == 0, staged_steps == work.chained_steps[0]]), name="held_over_preferred_steps")
+    else:
+        m.add(held == 0, name="held_steps_only_in_linear_forwards")
     split = resident + chained  # lanes split into segments
     threads, tile, chunk = td * tt, td * vec, tt * steps
-    smem = static_smem(tt, tile) + stage_bytes(problem, chunk, tile, 1) * stages + gpu.smem_reserved_per_block
+    smem = (static_smem(tt, tile) + stage_bytes(problem, tt * staged_steps, tile, 1) * stages
+            + gpu.smem_reserved_per_block)
     m.add(m.divides(gpu.warp_size, threads), name="whole_warps")
     m.add(threads <= gpu.max_threads_per_block, name="max_threads_per_block")
     m.add(m.any_of([threads >= work.min_warps * gpu.warp_size, tt == max(POW2_ROWS)]),
@@ -535,7 +554,13 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
     if problem.cell == "linear":
-        need = linear_register_need(steps)
+        holds = m.int_var(0, 1, "holds_steps")
+        m.add(holds <= held, name="holds_steps_if_held")
+        m.add(held <= MAX_HELD * holds, name="held_steps_if_holds")
+        need = linear_register_need(staged_steps) * (1 - holds) + LINEAR_HELD_REGISTERS * holds
+        # where the launch bounds leave more registers, ptxas takes them for the held loads (250 for 256 threads)
+        m.add(m.any_of([holds == 0, occ * threads * (LINEAR_HELD_REGISTERS + 8) > gpu.regs_per_sm]),
+              name="held_steps_capped_at_their_need")
     else:
         need = map_register_need(problem, steps * vec)
         m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
@@ -569,7 +594,8 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     preferred_steps = work.chained_steps[backward]
     steps_off = m.int_var(0, len(STEP_CHOICES), "steps_from_preferred")
     for choice in STEP_CHOICES:
-        m.add(m.any_of([steps != choice, steps_off == abs(choice.bit_length() - preferred_steps.bit_length())]),
+        m.add(m.any_of([staged_steps != choice,
+                        steps_off == abs(choice.bit_length() - preferred_steps.bit_length())]),
               name=f"steps_from_preferred_at_{choice}")
 
     # the time model (module docstring)
@@ -592,6 +618,10 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     blocks = lanes * segments
     waves = _ceil_count(m, blocks, slots, B * dim * T, "waves")
     m.add(m.any_of([resident == 0, waves == 1]), name="resident_segments_one_wave")
+    # held steps: the fewest that put the launch in one wave (one step fewer per thread would not fit in it)
+    fewer_chunks = _ceil_count(m, T, tt * (steps - 1), T, "chunks_of_one_step_fewer")
+    m.add(m.any_of([held == 0, waves == 1]), name="held_steps_fit_one_wave")
+    m.add(m.any_of([held == 0, lanes * fewer_chunks > slots]), name="held_steps_the_fewest_for_one_wave")
     active = _min_of(m, blocks, slots, B * dim * T, "active_blocks")
     per_sm = _ceil_count(m, active, gpu.sm_count, B * dim * T, "blocks_on_busiest_sm")
     m.add(m.any_of([per_sm * threads >= work.busy_warps * gpu.warp_size, tt == max(POW2_ROWS)]),
@@ -689,19 +719,19 @@ def _solve(problem: ScanProblem, gpu: hwmodels.GPUModel, given: dict[str, int] |
 
 def estimate_ns(p: ScanPlan, gpu: hwmodels.GPUModel) -> int:
     """The time model's value for plan `p` (any block shape and carry, not only the optimum) on its problem."""
-    given = {name: getattr(p, name) for name in ("threads_d", "threads_t", "vec", "steps", "stages")}
+    given = {name: getattr(p, name) for name in ("threads_d", "threads_t", "vec", "steps", "stages", "held")}
     return _solve(p.problem, gpu, {**given, "carry": CARRIES.index(p.carry)}, lambda m: m.var("time_ns"))["time_ns"]
 
 
 def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, sol: dict) -> ScanPlan:
     threads = sol["threads_d"] * sol["threads_t"]
-    need = register_need(problem, sol["steps"], sol["vec"], sol["stages"], CARRIES[sol["carry"]])
-    tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["steps"]
+    need = register_need(problem, sol["steps"], sol["vec"], sol["stages"], CARRIES[sol["carry"]], sol["held"])
+    tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["staged_steps"]
     smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile, sol["stages"])
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
                     vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
-                    carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count,
+                    carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count, held=sol["held"],
                     regs_estimate=register_cap(gpu, threads, blocks), estimate_ns=sol["time_ns"])
 
 

@@ -41,7 +41,7 @@ def test_plans_are_valid_on_each_gpu(gpu_name):
         assert p.tile <= problem.hidden_dim
         assert p.regs_estimate <= gpu.max_regs_per_thread and p.smem_bytes <= gpu.smem_per_block
         assert p.smem_bytes + p.stage_bytes <= gpu.smem_per_block_optin
-        need = register_need(p.problem, p.steps, p.vec, p.stages, p.carry)
+        need = register_need(p.problem, p.steps, p.vec, p.stages, p.carry, p.held)
         occupancy = hwmodels.blocks_per_sm(gpu, p.threads, need, p.smem_bytes + p.stage_bytes)
         assert occupancy.blocks_per_sm == p.min_blocks >= 1
         # the warps resident per SM: the full minimum, or fewer only where no block shape has it
@@ -186,14 +186,38 @@ def test_paired_linear_forwards_run_chained_blocks(case):
     """A forward that a backward follows reads its inputs from memory, not from the L2 that repeated forwards leave
     them in: there the thin and narrow forwards' chained blocks of 8 x 16 threads, 16 steps, 2 per SM made the pairs
     0.73-0.98x as long as the resident segments planned for the forward alone, which alone run up to 1.24x faster
-    (scan_thin_forward_context.md, H200). So each context has its plan."""
+    (scan_thin_forward_context.md, H200). So each context has its plan. Their 512 blocks of 16 staged steps exceed a
+    wave, so each thread holds 5 more steps in registers: 392 blocks, 3 per SM, one wave (scan_held_ab_h100.md)."""
     shape, dtype = case
     gpu = hwmodels.load("H200-SXM-141GB")
     alone = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward"), gpu)
     paired = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward", paired=True), gpu)
     assert alone.carry == "resident", alone
-    assert (paired.carry, paired.threads_d, paired.threads_t, paired.steps, paired.min_blocks) == (
-        "chained", 8, 16, 16, 2), paired
+    assert (paired.carry, paired.threads_d, paired.threads_t, paired.steps, paired.held, paired.min_blocks) == (
+        "chained", 8, 16, 21, 5, 3), paired
+
+
+@pytest.mark.parametrize("gpu_name", ["H200-SXM-141GB", "H100-SXM5-80GB"])
+def test_held_steps_are_the_fewest_that_fit_one_wave(gpu_name):
+    """The solver holds steps in registers only in linear chained forwards whose blocks of staged steps alone exceed
+    one wave, and holds the fewest that put the launch in one wave; elsewhere (several waves either way, or one
+    without them, backwards, the gate cells) it holds none."""
+    gpu = hwmodels.load(gpu_name)
+    held_somewhere = False
+    for cell in CELLS:
+        for dtype in ("float32", "bfloat16"):
+            for B, T, D in ((1, 65536, 64), (4, 16384, 64), (2, 32768, 128), (1, 262144, 64), (1, 16384, 64)):
+                for direction, paired in (("forward", True), ("forward", False), ("backward", False)):
+                    p = plan(ScanProblem.for_shape(cell, B, T, D, dtype, direction, paired=paired), gpu)
+                    if not p.held:
+                        continue
+                    held_somewhere = True
+                    assert (cell, direction, p.carry) == ("linear", "forward", "chained"), p
+                    lanes = B * p.d_tiles(D)
+                    assert lanes * p.chunks(T) <= p.slots, p
+                    assert lanes * -(-T // (p.threads_t * (p.steps - 1))) > p.slots, p
+                    assert p.steps - p.held == WORK_MODELS["linear"].chained_steps[0]
+    assert held_somewhere
 
 
 def test_pairing_moves_no_other_plan():
@@ -426,8 +450,8 @@ def test_held_steps_only_in_chained_forwards():
         backward.holding(gpu, 8, 2, 2)
     with pytest.raises(ValueError, match="only a chained forward holds steps"):
         resident.holding(gpu, 16, 2, 2)
-    with pytest.raises(ValueError, match="fewer than its 16 steps"):
-        dataclasses.replace(forward, held=16)
+    with pytest.raises(ValueError, match="fewer than its 21 steps"):
+        dataclasses.replace(forward, held=21)
 
 
 @requires_nvcc
