@@ -6,7 +6,7 @@ access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages`
 `min_blocks` (resident blocks per SM the launch bounds promise) and `carry` (how a lane's chunks are split over
 blocks, see scan.cu and CARRIES); `held` (a linear chained forward's steps per thread loaded into registers instead of
 staged, over WorkModel.chained_steps staged ones: the model holds the fewest that put a launch in one wave where its
-staged steps alone need more; ScanPlan.holding builds any such plan). Everything else (threads, chunk length,
+staged steps alone need more, in HELD_DTYPES; ScanPlan.holding builds any such plan). Everything else (threads, chunk length,
 tile, shared memory, the register cap the launch bounds give ptxas) is derived here; scan.cu re-checks the block
 shape by static_assert. The problem carries B and T rounded up to powers of two (ScanProblem.for_shape), so one plan
 serves every shape of its bucket; the number of segments is chosen at launch (`segments`).
@@ -74,6 +74,10 @@ held loads nearer their use. So the model holds steps only where the launch boun
 
 MAX_HELD = 8
 """Steps per thread a chained forward holds in registers at most (ScanPlan.held)."""
+
+HELD_DTYPES = ("float32",)
+"""The dtypes whose forwards the model lets hold steps: those whose held plans have run on a GPU (fp32 on an H100:
+scan_held_ab_h100.md). ScanPlan.holding builds held plans of any dtype."""
 
 LATENCY_NS = 1000
 """Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load). On the
@@ -530,7 +534,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     if work.chained_max_rows:
         m.add(m.any_of([chained == 0, tt <= work.chained_max_rows]), name="chained_rows_at_most")
     m.add(m.any_of([chained == 0, stages == 1]), name="chained_stages_one_chunk")
-    if problem.cell == "linear" and not backward:  # held steps (ScanPlan.held): over the preferred staged steps
+    if problem.cell == "linear" and not backward and problem.dtype in HELD_DTYPES:  # held steps (ScanPlan.held)
         m.add(held <= MAX_HELD * chained, name="held_steps_only_when_chained")
         m.add(m.any_of([held == 0, staged_steps == work.chained_steps[0]]), name="held_over_preferred_steps")
     else:
