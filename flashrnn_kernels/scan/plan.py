@@ -6,8 +6,8 @@ access of at most 16 bytes), `steps` (time steps per thread and chunk), `stages`
 `min_blocks` (resident blocks per SM the launch bounds promise) and `carry` (how a lane's chunks are split over
 blocks, see scan.cu and CARRIES); `held` (a linear chained forward's steps per thread loaded into registers instead of
 staged, over WorkModel.chained_steps staged ones: the model holds the fewest that put a launch in one wave where its
-staged steps alone need more, in HELD_DTYPES; ScanPlan.holding builds any such plan). Everything else (threads, chunk length,
-tile, shared memory, the register cap the launch bounds give ptxas) is derived here; scan.cu re-checks the block
+staged steps alone need more, in HELD_DTYPES; ScanPlan.holding builds any such plan). Everything else (threads, chunk
+length, tile, shared memory, the register cap the launch bounds give ptxas) is derived here; scan.cu re-checks the block
 shape by static_assert. The problem carries B and T rounded up to powers of two (ScanProblem.for_shape), so one plan
 serves every shape of its bucket; the number of segments is chosen at launch (`segments`).
 
@@ -68,9 +68,9 @@ spilled under a cap of 168 (nvcc 13, sm_90)."""
 
 LINEAR_HELD_REGISTERS = 168
 """The linear kernel's need in a chained forward holding steps in registers (at most MAX_HELD over 16 staged steps):
-under a cap of 168 (3 blocks of 128 threads per SM) the fp32 and bf16 forwards of 16 + 4, 16 + 5 and 16 + 8 steps
-compile without spills (nvcc 13, sm_90 and sm_80), though unbounded they take 196-254 registers: ptxas moves the
-held loads nearer their use. So the model holds steps only where the launch bounds cap ptxas at this need."""
+under a cap of 168 (3 blocks of 128 threads per SM) the fp32 and bf16 forwards of 16 + 4 and 16 + 5 steps compile
+without spills (nvcc 13, sm_90 and sm_80; 16 + 8 on sm_90), though unbounded they take 196-254 registers: ptxas moves
+the held loads nearer their use. So the model holds steps only where the launch bounds cap ptxas at this need."""
 
 MAX_HELD = 8
 """Steps per thread a chained forward holds in registers at most (ScanPlan.held)."""
@@ -538,7 +538,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
         m.add(held <= MAX_HELD * chained, name="held_steps_only_when_chained")
         m.add(m.any_of([held == 0, staged_steps == work.chained_steps[0]]), name="held_over_preferred_steps")
     else:
-        m.add(held == 0, name="held_steps_only_in_linear_forwards")
+        m.add(held == 0, name="held_steps_only_in_linear_forwards_of_held_dtypes")
     split = resident + chained  # lanes split into segments
     threads, tile, chunk = td * tt, td * vec, tt * steps
     smem = (static_smem(tt, tile) + stage_bytes(problem, tt * staged_steps, tile, 1) * stages
