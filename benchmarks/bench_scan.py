@@ -207,7 +207,7 @@ def bench_linear(shape, dname, copy_bw, impl):
 
 def _launchable(trial, gpu, hidden_dim):
     """`trial` with the occupancy and register cap its block shape gets on `gpu`, or None where it cannot launch."""
-    need = register_need(trial.problem, trial.steps, trial.vec, trial.stages, trial.carry)
+    need = register_need(trial.problem, trial.steps, trial.vec, trial.stages, trial.carry, trial.held)
     smem = trial.smem_bytes + trial.stage_bytes
     if trial.threads % 32 or trial.threads > 1024 or trial.tile > hidden_dim or smem > gpu.smem_per_block_optin:
         return None
