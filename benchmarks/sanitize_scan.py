@@ -2,8 +2,9 @@
 
 [B, T, D] = [3, 1000, 96] in bf16 and fp32 with h0: odd batch, a length of many chunks that is not a multiple of the
 chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole lanes;
-resident segments and chained one-chunk segments, both with the look-back; resident segments of several chunks, and
-the split-lane plans of torch's deterministic mode, see `plans`), and its backward once more asked for the last
+resident segments and chained one-chunk segments, both with the look-back; resident segments of several chunks, a
+chained forward holding steps in registers, and the split-lane plans of torch's deterministic mode, see `plans`;
+--only LABEL keeps the pairs whose label contains LABEL), and its backward once more asked for the last
 input's gradient alone (`grad<i>*`). With --graphs, the split-lane pairs instead, captured into a CUDA graph and
 replayed with the epochs that the launches make on the device cycling (the look-back words of a spare,
 `function.GraphWorkspaces`); capture needs torch's caching allocator, so run that without
@@ -14,6 +15,7 @@ loop; run it as
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -33,13 +35,16 @@ CASES = {"linear": (reference.linear_scan_loop, 2), "min_gru": (reference.min_gr
 def plans(name: str, dtype: torch.dtype, gpu) -> list:
     """(label, forward plan, backward plan): the best plan of every carry mode, then the resident plans on fewer SMs,
     so that their segments hold up to `stages` chunks (pass B rescans them from shared memory) and one more (pass B
-    stages them again), then the split-lane plans of torch's deterministic mode (SCAN_DETERMINISTIC)."""
+    stages them again), the chained forward holding 4 of 21 steps per thread in registers (SCAN_HELD), then the
+    split-lane plans of torch's deterministic mode (SCAN_DETERMINISTIC)."""
     pairs = [(carry, *(kernel_plan_for_carry(ScanProblem.for_shape(name, B, T, D, TORCH_DTYPES[dtype], d), gpu, carry)
                        for d in ("forward", "backward"))) for carry in CARRIES]
     resident = next(pair[1:] for pair in pairs if pair[0] == "resident")
     for extra in (0, 1):
         fewer = [p.on_fewer_sms(B * p.d_tiles(D), p.chunks(T), p.stages + extra) for p in resident]
         pairs.append((f"resident stages+{extra}", *fewer))
+    forward, backward = next(pair[1:] for pair in pairs if pair[0] == "chained")
+    pairs.append(("chained held 4 of 21", forward.holding(gpu, 21, 4, forward.min_blocks), backward))
     for carry, *split in [pair for pair in pairs if pair[0] in ("resident", "chained")]:
         pairs.append((f"{carry} deterministic", *(p.deterministic_variant() for p in split)))
     return pairs
@@ -71,7 +76,11 @@ def run_pair(name: str, inputs: tuple, h0: torch.Tensor, dy: torch.Tensor, fwd, 
 
 
 def main() -> int:
-    graphs = "--graphs" in sys.argv[1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graphs", action="store_true", help="the split-lane pairs captured into CUDA graphs")
+    parser.add_argument("--only", default="", help="run only the pairs whose label contains this (e.g. held)")
+    args = parser.parse_args()
+    graphs = args.graphs
     common.require_cuda("sanitize_scan")
     gpu = _device_gpu(torch.cuda.current_device())
     failed = False
@@ -87,6 +96,8 @@ def main() -> int:
             ref_h = loop(*ref_inputs)
             ref_grads = torch.autograd.grad(ref_h, ref_inputs, dy.cpu().double())
             for carry, fwd, bwd in plans(name, dtype, gpu):
+                if args.only not in carry:
+                    continue
                 if graphs and fwd.carry == bwd.carry == "whole":
                     continue  # whole lanes publish nothing
                 h, *grads = run_pair(name, inputs, h0, dy, fwd, bwd, graph=graphs)

@@ -76,8 +76,9 @@ MAX_HELD = 8
 """Steps per thread a chained forward holds in registers at most (ScanPlan.held)."""
 
 HELD_DTYPES = ("float32",)
-"""The dtypes whose forwards the model lets hold steps: those whose held plans have run on a GPU (fp32 on an H100:
-scan_held_ab_h100.md). ScanPlan.holding builds held plans of any dtype."""
+"""The dtypes whose forwards the model lets hold steps: fp32, whose thin pairs took 0.95-0.96x as long with them on an
+H100; the bf16 ones the model would move took 1.01x (scan_held_solver_ab_h100.md), so bf16 and fp16 keep their staged
+plans. ScanPlan.holding builds held plans of any dtype."""
 
 LATENCY_NS = 1000
 """Loaded DRAM latency the bytes in flight must cover (0.6-2 us on A100/H100-class parts under full load). On the
