@@ -2,10 +2,12 @@
 of repeated pairs, so each forward follows a backward, as in `bench_scan.py`'s forward+backward rows).
 
 A probe build of each planned kernel (the source patched here, not the shipped one) records `%globaltimer` on thread
-(0, 0) of every block at four points: its start, pass A folded (before its map is published), the look-back done
-(before its final state is published), and its end; and the SM it ran on. After the graph's replays the stamps of its
-last pair are read back and summarised per round of blocks (blocks in start order, one round per the GPU's resident
-slots): us from the kernel's first block start, medians and maxima.
+(0, 0) of every block at five points: its start, its staged copies landed (that thread's last wait for a chunk's
+cp.async copies: pass A's in the chained plans, pass B's where a resident segment stages its chunks again; held steps
+load later, where the fold reads them), pass A folded (before its map is published), the look-back done (before its
+final state is published), and its end; and the SM it ran on. After the graph's replays the stamps of its last pair
+are read back and summarised per round of blocks (blocks in start order, one round per the GPU's resident slots): us
+from the kernel's first block start, medians and maxima.
 
 Usage: python benchmarks/scan_pair_stamps.py [--shapes 1x65536x64] [--dtypes fp32,bf16]
 Writes scan_pair_stamps.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
@@ -25,8 +27,8 @@ from flashrnn_kernels.scan import function as scan_function
 from flashrnn_kernels.scan.plan import ScanPlan
 from scan_pair_timeline import DTYPES
 
-POINTS = ("start", "pass A folded", "look-back done", "end")
-STAMPS = 5  # per block: the four points, then the SM
+POINTS = ("start", "staged copies landed", "pass A folded", "look-back done", "end")
+STAMPS = len(POINTS) + 1  # per block: the points, then the SM
 PATCHES = [  # (anchor in scan.cu, text inserted before it)
     ('extern "C" __global__', "__device__ unsigned long long scan_stamps[%d];\n" % (STAMPS * 65536)),
     ("    const int lane = blockIdx.x % lanes,",
@@ -40,9 +42,10 @@ PATCHES = [  # (anchor in scan.cu, text inserted before it)
      "        }\n"
      "    };\n"
      "    stamp(0);\n"),
-    ("        const unsigned map_tag = 2u * launch_epoch", "        stamp(1);\n"),
-    ("        // pass B\n", "        stamp(2);\n"),
-    ("        if (counters != nullptr) count_launch(counters);", "        stamp(3);\n"),
+    ("        return (c - first) % SCAN_STAGES;\n", "        stamp(1);\n"),
+    ("        const unsigned map_tag = 2u * launch_epoch", "        stamp(2);\n"),
+    ("        // pass B\n", "        stamp(3);\n"),
+    ("        if (counters != nullptr) count_launch(counters);", f"        stamp({len(POINTS) - 1});\n"),
 ]
 
 
@@ -67,7 +70,7 @@ def summary(name: str, stamps: np.ndarray, slots: int) -> list[dict]:
             values = (group[:, k] - t0) * 1e-3
             row[f"{point} us"] = f"{statistics.median(values):.2f} / {values.max():.2f}"
         rows.append(row)
-    span = (stamps[:, 3].max() - t0) * 1e-3
+    span = (stamps[:, len(POINTS) - 1].max() - t0) * 1e-3
     rows.append({"kernel": name, "blocks (by start)": f"all {len(stamps)}", "end us": f"span {span:.2f}"})
     return rows
 
