@@ -1,7 +1,7 @@
 """The benchmarks' own CUDA kernels compile with nvcc, without spills: step_products.cu for sm_80 (mma.sync) and
 sm_90a (mma.sync and wgmma), load_engines.cu for sm_90 (bulk copies), and the scan kernel's probe builds of
-scan_probe_ab.py (their patches still apply to scan.cu); bench_scan's verdicts compare with the baselines alone; the
-GPU-only scripts say so where there is no GPU."""
+scan_probe_ab.py and scan_pair_stamps.py (their patches still apply to scan.cu); bench_scan's verdicts compare with
+the baselines alone; the GPU-only scripts say so where there is no GPU."""
 from __future__ import annotations
 
 import importlib
@@ -72,6 +72,20 @@ def test_scan_probe_builds_compile_without_spills(tmp_path, scan_probe, name):
     for p in plans:
         source = tmp_path / f"{p.problem.direction}_{p.problem.dtype}.cu"
         source.write_text(module._source(module._variant(p, name)))
+        _compile(tmp_path, source, "sm_90", *RUNTIME_OPTIONS)
+
+
+@requires_nvcc
+def test_scan_stamps_probe_compiles_without_spills(tmp_path, scan_probe):
+    """scan_pair_stamps.py's anchors are still in scan.cu, once each (probe_source fails otherwise), and its probe
+    builds of the thin pair's plans, the fp32 forward holding steps among them, compile without spills."""
+    _, plans = scan_probe
+    stamps = importlib.import_module("scan_pair_stamps")
+    assert any(p.held for p in plans)
+    for p in plans:
+        source = tmp_path / f"{p.problem.direction}_{p.problem.dtype}.cu"
+        source.write_text(stamps.probe_source(p))
+        assert source.read_text().count("stamp(") == len(stamps.POINTS)  # one call per point
         _compile(tmp_path, source, "sm_90", *RUNTIME_OPTIONS)
 
 
