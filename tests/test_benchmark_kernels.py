@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import hwmodels
 from flashrnn_kernels.scan.plan import plan
@@ -155,3 +156,15 @@ def test_gpu_scripts_exit_with_a_message_without_cuda(script):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0, result.stdout + result.stderr
     assert f"{script}: CUDA is not available" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("name", ["linear", "min_gru", "min_lstm"])
+def test_sanitize_scan_runs_a_held_forward(monkeypatch, name):
+    """sanitize_scan.py's pairs (the ones `--only held` keeps among them) include a chained forward holding 4 of 21
+    steps per thread, with the chained backward, in both dtypes."""
+    monkeypatch.syspath_prepend(str(KERNELS.parent))
+    sanitize = importlib.import_module("sanitize_scan")
+    gpu = hwmodels.load("h100")
+    for dtype in (torch.bfloat16, torch.float32):
+        held = [(f, b) for label, f, b in sanitize.plans(name, dtype, gpu) if "held" in label]
+        assert [(f.carry, f.steps, f.held, b.carry, b.held) for f, b in held] == [("chained", 21, 4, "chained", 0)]
