@@ -5,10 +5,10 @@ graph (common.time_graph), the two plans taking turns over --rounds rounds in on
 in (0.5, 1)); the outputs and gradients of the two plans are compared (they differ only in rounding).
 
 `--shapes`: instead, the paired plan against other chained block shapes (threads along D x thread rows x steps),
-each in a pair only; a shape "F/B" sets the backward's too (either side "plan": the solver's; "@N" after a side
-holds its launches to N blocks per SM, "~W" lets a segment load only once the one W before it has published: a
-probe build); `--problems` gives the problems (BxTxD:dtype; default the list); writes
-scan_paired_forward_shapes.{csv,md}.
+each in a pair and its forward alone (against the plan alone); a shape "F/B" sets the backward's too (either side
+"plan": the solver's; "@N" after a side holds its launches to N blocks per SM, "~W" lets a segment load only once
+the one W before it has published: a probe build); `--problems` gives the problems (BxTxD:dtype; default the
+list); writes scan_paired_forward_shapes.{csv,md}.
 
 Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8,plan/16x8x16]
        [--problems 1x65536x64:fp32]
@@ -92,6 +92,11 @@ def _capped_launch(p, B, T, D, element_size, device):
 SHIPPED_LAUNCH = scan_function._launch_of
 
 
+def _forward(p, a, b):
+    """The forward alone with plan p."""
+    return lambda: run_scan("linear", "forward", (a, b), None, kernel_plan=p)
+
+
 def _pair(p, a, b, dy, backward=None):
     """The forward with plan p, then the backward with plan `backward` (None: the solver's)."""
     def run():
@@ -112,29 +117,35 @@ def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> 
         b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))
         paired = device_plan("linear", a, "forward", paired=True)
         backward = device_plan("linear", a, "backward")
+        alone = device_plan("linear", a, "forward")
         plans = {"paired": (paired, None)}
         for s in shapes:
             forward_shape, _, backward_shape = s.partition("/")
             plans[s] = (_chained(paired, forward_shape), _chained(backward, backward_shape or "plan"))
-        times: dict[str, list[float]] = {}
+        times: dict[tuple[str, str], list[float]] = {}
         expected = _pair(paired, a, b, dy)()
         for r in range(rounds):
             for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
                 pair = _pair(plans[name][0], a, b, dy, plans[name][1])
-                times.setdefault(name, []).append(common.time_graph(pair) * 1e3)
-        base = statistics.median(times["paired"])
+                times.setdefault((name, "pair"), []).append(common.time_graph(pair) * 1e3)
+                times.setdefault((name, "alone"), []).append(common.time_graph(_forward(plans[name][0], a, b)) * 1e3)
+            times.setdefault(("alone", "alone"), []).append(common.time_graph(_forward(alone, a, b)) * 1e3)
+        us = {key: statistics.median(values) for key, values in times.items()}
         row = {"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype], "paired plan": _describe(paired),
-               "backward plan": _describe(backward), "pair us": base}
+               "backward plan": _describe(backward), "pair us": us["paired", "pair"],
+               "plan alone": _describe(alone), "forward us": us["alone", "alone"]}
         for name in shapes:
             got = _pair(plans[name][0], a, b, dy, plans[name][1])()
             difference = max(common.relative_error(x, y) for x, y in zip(got, expected))
-            row[f"{name} / paired"] = statistics.median(times[name]) / base
+            row[f"{name} pair / paired"] = us[name, "pair"] / us["paired", "pair"]
+            row[f"{name} forward / alone"] = us[name, "alone"] / us["alone", "alone"]
             row[f"{name} difference"] = difference
         rows.append(row)
     print(common.write_results("scan_paired_forward_shapes", rows, title="Paired linear_scan forwards: chained "
                                "block shapes in a forward + backward pair",
-                               notes=[f"{rounds} alternating rounds; median device time of the pair per call (CUDA "
-                                      "graphs of 10 calls), each shape's relative to the paired plan's."]))
+                               notes=[f"{rounds} alternating rounds; median device time per call (CUDA graphs of 10 "
+                                      "calls) of the pair and of its forward alone, each shape's relative to the "
+                                      "paired plan's pair and to the plan alone's forward."]))
 
 
 def main() -> None:
@@ -162,12 +173,9 @@ def main() -> None:
             for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
                 p = plans[name]
 
-                def forward(p=p):
-                    return run_scan("linear", "forward", (a, b), None, kernel_plan=p)
-
                 pair = _pair(p, a, b, dy)
                 outputs[name] = pair()
-                times.setdefault((name, "alone"), []).append(common.time_graph(forward) * 1e3)
+                times.setdefault((name, "alone"), []).append(common.time_graph(_forward(p, a, b)) * 1e3)
                 times.setdefault((name, "pair"), []).append(common.time_graph(pair) * 1e3)
         difference = max(common.relative_error(x, y) for x, y in zip(outputs["paired"], outputs["alone"]))
         us = {key: statistics.median(values) for key, values in times.items()}
