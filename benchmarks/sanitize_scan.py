@@ -4,7 +4,8 @@
 chunk, a hidden size that leaves a partial tile; each is run with the best plan of every carry mode (whole lanes;
 resident segments and chained one-chunk segments, both with the look-back; resident segments of several chunks, a
 chained forward holding steps in registers, and the split-lane plans of torch's deterministic mode, see `plans`;
---only LABEL keeps the pairs whose label contains LABEL), and its backward once more asked for the last
+--only LABEL keeps the pairs whose label contains LABEL; --length T another length, e.g. 5000 for lanes of more
+segments than a group of deterministic look-backs holds), and its backward once more asked for the last
 input's gradient alone (`grad<i>*`). With --graphs, the split-lane pairs instead, captured into a CUDA graph and
 replayed with the epochs that the launches make on the device cycling (the look-back words of a spare,
 `function.GraphWorkspaces`); capture needs torch's caching allocator, so run that without
@@ -26,13 +27,13 @@ from flashrnn_kernels.scan.function import TORCH_DTYPES, _device_gpu, run_scan
 from flashrnn_kernels.scan.plan import CARRIES, kernel_plan_for_carry
 from flashrnn_kernels.scan.problem import ScanProblem
 
-B, T, D = 3, 1000, 96
+B, LENGTH, D = 3, 1000, 96
 TOLERANCE = 2e-2  # a loose sanity bound; the GPU tests hold the kernels to the real tolerances
 CASES = {"linear": (reference.linear_scan_loop, 2), "min_gru": (reference.min_gru_loop, 2),
          "min_lstm": (reference.min_lstm_loop, 3)}
 
 
-def plans(name: str, dtype: torch.dtype, gpu) -> list:
+def plans(name: str, dtype: torch.dtype, gpu, T: int = LENGTH) -> list:
     """(label, forward plan, backward plan): the best plan of every carry mode, then the resident plans on fewer SMs,
     so that their segments hold up to `stages` chunks (pass B rescans them from shared memory) and one more (pass B
     stages them again), the chained forward holding 4 of 21 steps per thread in registers (SCAN_HELD), then the
@@ -79,8 +80,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", action="store_true", help="the split-lane pairs captured into CUDA graphs")
     parser.add_argument("--only", default="", help="run only the pairs whose label contains this (e.g. held)")
+    parser.add_argument("--length", type=int, default=LENGTH, help="time steps T")
     args = parser.parse_args()
-    graphs = args.graphs
+    graphs, T = args.graphs, args.length
     common.require_cuda("sanitize_scan")
     gpu = _device_gpu(torch.cuda.current_device())
     failed = False
@@ -95,7 +97,7 @@ def main() -> int:
             ref_inputs = [x.cpu().double().requires_grad_() for x in [*inputs, h0]]  # few launches
             ref_h = loop(*ref_inputs)
             ref_grads = torch.autograd.grad(ref_h, ref_inputs, dy.cpu().double())
-            for carry, fwd, bwd in plans(name, dtype, gpu):
+            for carry, fwd, bwd in plans(name, dtype, gpu, T):
                 if args.only not in carry:
                     continue
                 if graphs and fwd.carry == bwd.carry == "whole":

@@ -1,7 +1,8 @@
 """Probe builds of the scan kernel against the shipped one: each variant (PROBES) patches scan.cu's source
 (common.probe_source) for every plan it runs; "deterministic" runs the plans of torch's deterministic mode;
-"held<S>x<H>@<N>" runs chained forwards of S steps per thread, the first H of them held in registers (ScanPlan.held),
-N blocks per SM; "unheld" runs the solver's best plans holding no steps where its plan holds some.
+"deterministic+PROBE" those built as PROBE; "held<S>x<H>@<N>" runs chained forwards of S steps per thread, the
+first H of them held in registers (ScanPlan.held), N blocks per SM; "unheld" runs the solver's best plans holding no
+steps where its plan holds some.
 
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
@@ -45,8 +46,13 @@ NO_STORES = [(f"                {line};", SKIP) for line in (
     "if constexpr ((SCAN_WANTED & 1) != 0) store_pack(y1 + off, g1)",
     "if constexpr ((SCAN_WANTED & 2) != 0) store_pack(y2 + off, g2)", "store_pack(y1 + off, state)")]
 """Wrong results, a timing probe: the outputs are computed and never stored."""
-NO_LOOKBACK = [("        for (int base = seg - 1; base >= 0; base -= SCAN_THREADS_T) {", SKIP[8:])]
+NO_LOOKBACK = [(f"        for (int base = {loop}", SKIP[8:]) for loop in (
+    "seg - 1; any_open && base >= group_first; base -= SCAN_THREADS_T)",
+    "group_first - 1; any_open && base >= 0; base -= SCAN_THREADS_T * SCAN_GROUP)")]
 """Wrong results, a timing probe: no segment looks back (each takes 0 as its carry-in)."""
+UNGROUPED = [("#define SCAN_ROW (SCAN_TILE + 4)", "#undef SCAN_GROUP\n#define SCAN_GROUP (1 << 20)\n")]
+"""Deterministic look-backs without groups (one group larger than any lane of fewer than 2^20 segments): each composes
+every earlier segment's map, one by one."""
 
 
 def _evict_first(when: str) -> list[tuple[str, str]]:
@@ -68,7 +74,8 @@ composition still run)."""
 PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
-          "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN}
+          "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
+          "ungrouped": UNGROUPED}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
 _source = common.probe_build_source(ScanPlan.source)
@@ -79,10 +86,12 @@ HELD = re.compile(r"held(\d+)x(\d+)@(\d+)")
 
 def _variant(p, v: str):
     """Plan p built as probe v ("base": p itself, the shipped source; "deterministic": p for its problem under
-    torch.use_deterministic_algorithms; "held...": see the module docstring, backwards and other carries as they are),
-    a plan of its own (common.probe_plan)."""
+    torch.use_deterministic_algorithms, "deterministic+PROBE" that plan built as PROBE; "held...": see the module
+    docstring, backwards and other carries as they are), a plan of its own (common.probe_plan)."""
     if v == "deterministic":
         return p.deterministic_variant()
+    if v.startswith("deterministic+"):
+        return common.probe_plan(p.deterministic_variant(), PROBES[v.partition("+")[2]])
     if v == "unheld":
         return carry_plan(p.problem, device_gpu(torch.cuda.current_device()), p.carry, held=0) if p.held else p
     if held := HELD.fullmatch(v):
@@ -160,7 +169,8 @@ def main() -> None:
                "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; noscan "
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
                "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
-               "(only segment 0 publishes its final state); heldSxH@N: chained forwards of S steps per thread, the "
+               "(only segment 0 publishes its final state), +ungrouped its look-backs without groups' maps; "
+               "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
                "solver's best plan holding no steps. decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "

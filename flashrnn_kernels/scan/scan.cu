@@ -33,8 +33,14 @@
 // during the look-back.
 // Which final states a look-back finds depends on timing, and composing a map rounds otherwise than taking the final
 // state it leads to, so carries agree to rounding from run to run. With SCAN_DETERMINISTIC only segment 0 publishes
-// its final state: every look-back composes the same maps in the same order (nearest first, until segment 0 or a
-// product of decays that is 0), and reruns agree to the bit.
+// its final state, and every look-back composes the same maps in the same order (which ones depends on its segment's
+// index alone; nearest first, until segment 0 or a product of decays that is 0), so reruns agree to the bit. There
+// the segments form groups of SCAN_GROUP: a look-back composes its own group's earlier segments one by one, then
+// whole groups, whose maps each group's last segment publishes (in place of its own map, which no look-back reads
+// then) as soon as it has composed its group's earlier ones; so where no product of decays ends a look-back early
+// (decays near 1), the last of 512 segments takes 3 rounds of 16 instead of 32. (Without SCAN_DETERMINISTIC the
+// nearest published final state ends a look-back: there the groups' later maps made the look-backs that end in their
+// first round wait longer.)
 // A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
 // when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
 // starts no later than it (blocks are dispatched in index order), so the waits always end.
@@ -87,6 +93,7 @@ typedef __half elem_t;
 // launch's inputs exceed the GPU's shared memory, that fits every block in one wave.
 #define SCAN_STAGED_ROWS (SCAN_THREADS_T * (SCAN_STEPS - SCAN_HELD))      // staged rows of one chunk
 #define SCAN_STAGE (SCAN_STAGED * SCAN_STAGED_ROWS * SCAN_TILE)            // elements of one staged chunk
+#define SCAN_GROUP (SCAN_THREADS_T < 16 ? 16 : SCAN_THREADS_T)  // segments per group of deterministic look-backs
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks
 #define SCAN_ROW_BATCH (SCAN_THREADS_T < 8 ? SCAN_THREADS_T : 8)  // rows of s_a / s_b read ahead (for_rows)
@@ -592,7 +599,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             walk([&](int buf, const ChunkAt& at) { fold_chunk(buf, at, Flag<false>(), pre_a[0], pre_b[0]); }, false);
         }
         const unsigned map_tag = 2u * launch_epoch, final_tag = map_tag + 1u;
-        if (seg > 0) {
+        // SCAN_DETERMINISTIC: a group's last segment publishes its group's map in place of its own, which no look-back
+        // reads then (see the top of this file)
+        const bool group_last = SCAN_DETERMINISTIC && seg % SCAN_GROUP == SCAN_GROUP - 1;
+        if (seg > 0 && !group_last) {
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
                 int c;
@@ -604,17 +614,19 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         }
         if (!kept) prologue(true);  // pass B's first chunks load during the look-back
 
-        // the carry-in la h + lb: segment 0's initial state; elsewhere the look-back, round by round, row ty taking
-        // predecessor base - ty; the owners compose the rows' maps, nearest first, until la is 0 for all of them: a
-        // final state was reached (or the predecessors' a products reached 0, which ends the dependence just as well)
+        // the carry-in la h + lb: segment 0's initial state; elsewhere the look-back, round by round, each row
+        // taking one predecessor's words (a segment's or a group's); the owners compose the rows' maps, nearest first,
+        // until la is 0 for all of them: a final state was reached (or the predecessors' a products reached 0, which
+        // ends the dependence just as well)
         float la[SCAN_OWNED], lb[SCAN_OWNED];
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
             la[k] = 1.0f;
             lb[k] = seg == 0 ? initial(k) : 0.0f;
         }
-        for (int base = seg - 1; base >= 0; base -= SCAN_THREADS_T) {
-            const int p = base - ty;
+        // one round: this row reads the words at slot p of the lane (the identity below slot `lowest`); whether any
+        // owned channel is still open after it
+        auto look_back_round = [&](int p, int lowest) -> bool {
             // the row's threads read predecessor p's words together: thread tx channels 2 (tx + SCAN_THREADS_D i)
             // and the next, one 16-byte load per array each, so a warp's loads cover whole sectors (a thread's own
             // SCAN_VEC channels would take one 8-byte load each, four of them per sector); SCAN_VEC odd: its own
@@ -623,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 return WIDTH == 2 ? 2 * (tx + SCAN_THREADS_D * i) + e : tx * SCAN_VEC + i;
             };
             float ra[SCAN_VEC], rb[SCAN_VEC];  // element WIDTH i + e: channel(i, e)
-            if (p >= 0) {
+            if (p >= lowest) {
                 const long long w = word0 + (long long)p * SCAN_TILE;
                 // every unpublished load of the row is reissued in the same round, so the wait ends about one L2
                 // round trip after the last of them lands (reloading one at a time would chain them)
@@ -658,7 +670,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 } while (stale != 0);
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) published_map(wa[j], wb[j], map_tag, ra[j], rb[j]);
-            } else {  // before segment 0, which is always final: the identity
+            } else {  // before the round's first slot (segment 0 is always final): the identity
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) {
                     ra[j] = 1.0f;
@@ -687,13 +699,33 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                         la[k] *= a;
                         done = done || a == 0.0f;
                     });
-                    open |= !done && la[k] != 0.0f;
+                    if (done) la[k] = 0.0f;  // so also where an overflowed product met the a = 0
+                    open |= la[k] != 0.0f;
                 }
             }
-            // the barrier also ends the rows' reads before s_a / s_b are written again; the loop's condition ends
-            // the round that reached segment 0 whatever la holds (a NaN input keeps it nonzero)
-            if (!__syncthreads_or(open)) break;
+            // the barrier also ends the rows' reads before s_a / s_b are written again
+            return __syncthreads_or(open);
+        };
+        // the rounds end where one leaves no channel open, or at the round that reached slot 0 whatever la holds
+        // (a NaN input keeps it nonzero)
+        // SCAN_DETERMINISTIC: its own group's earlier segments one by one, then whole groups
+        const int group_first = SCAN_DETERMINISTIC ? seg - seg % SCAN_GROUP : 0;
+        bool any_open = true;
+        for (int base = seg - 1; any_open && base >= group_first; base -= SCAN_THREADS_T)
+            any_open = look_back_round(base - ty, group_first);
+        if (group_last) {  // the group's map: this segment's after the group's earlier ones
+#pragma unroll
+            for (int k = 0; k < SCAN_OWNED; ++k) {
+                int c;
+                if (owned(k, c)) {
+                    publish(seg_a + mine + c, la[k] == 0.0f ? 0.0f : acc_a[k] * la[k], map_tag);
+                    publish(seg_b + mine + c, apply_map(acc_a[k], lb[k], acc_b[k]), map_tag);
+                }
+            }
         }
+        // earlier groups, SCAN_GROUP segments apart: group q's map is at slot q * SCAN_GROUP + SCAN_GROUP - 1
+        for (int base = group_first - 1; any_open && base >= 0; base -= SCAN_THREADS_T * SCAN_GROUP)
+            any_open = look_back_round(base - SCAN_GROUP * ty, 0);
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;

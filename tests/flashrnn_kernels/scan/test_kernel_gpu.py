@@ -300,14 +300,15 @@ def test_every_carry_mode(name, dtype, carry, shape):
     _check_plans(name, dtype, shape, _carry_plans(name, dtype, shape, carry), f"carry={carry}")
 
 
+@pytest.mark.parametrize("shape", [(1, 5000, 64), (1, 65537, 64)])
 @pytest.mark.parametrize("carry", ["resident", "chained"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(OPS))
-def test_deterministic_split_lanes(name, dtype, carry):
+def test_deterministic_split_lanes(name, dtype, carry, shape):
     """The split-lane plans of torch's deterministic mode (SCAN_DETERMINISTIC: only segment 0 publishes its final
-    state, every look-back composes maps down to it or to a zero product): forward h and the backward's gradients
+    state, every look-back composes maps down to it or to a zero product, through whole groups' maps where it starts
+    past its group's first segment; T = 65537 splits a lane into many groups): forward h and the backward's gradients
     against the fp64 reference."""
-    shape = (1, 5000, 64)
     plans = [p.deterministic_variant() for p in _carry_plans(name, dtype, shape, carry)]
     _check_plans(name, dtype, shape, plans, f"deterministic carry={carry}")
 
