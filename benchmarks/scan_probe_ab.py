@@ -47,12 +47,12 @@ NO_STORES = [(f"                {line};", SKIP) for line in (
     "if constexpr ((SCAN_WANTED & 2) != 0) store_pack(y2 + off, g2)", "store_pack(y1 + off, state)")]
 """Wrong results, a timing probe: the outputs are computed and never stored."""
 NO_LOOKBACK = [(f"        for (int base = {loop}", SKIP[8:]) for loop in (
-    "seg - 1; any_open && base >= group_first; base -= SCAN_THREADS_T)",
-    "group_first - 1; any_open && base >= 0; base -= SCAN_THREADS_T * SCAN_GROUP)")]
+    "seg - 1; any_open && base >= singles_end; base -= SCAN_THREADS_T)",
+    "singles_end / SCAN_GROUP - 1; any_open && base >= 0; base -= SCAN_THREADS_T)")]
 """Wrong results, a timing probe: no segment looks back (each takes 0 as its carry-in)."""
 UNGROUPED = [("#define SCAN_ROW (SCAN_TILE + 4)", "#undef SCAN_GROUP\n#define SCAN_GROUP (1 << 20)\n")]
-"""Deterministic look-backs without groups (one group larger than any lane of fewer than 2^20 segments): each composes
-every earlier segment's map, one by one."""
+"""Look-backs without groups (one group larger than any lane of fewer than 2^20 segments): each composes every earlier
+segment's map (or its final state), one by one."""
 
 
 def _evict_first(when: str) -> list[tuple[str, str]]:
@@ -169,7 +169,7 @@ def main() -> None:
                "outputs computed, never stored; nolookback (wrong results): every segment's carry-in 0; noscan "
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
                "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
-               "(only segment 0 publishes its final state), +ungrouped its look-backs without groups' maps; "
+               "(only segment 0 publishes its final state); ungrouped: look-backs without groups' maps; "
                "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
                "solver's best plan holding no steps. decays: "

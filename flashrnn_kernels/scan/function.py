@@ -64,7 +64,7 @@ class _Launch(NamedTuple):
     d_tiles: int
     lanes: int
     segments: int
-    words: int  # published words per array (split lanes), else 0
+    words: int  # published words per array (split lanes: every segment's, then every group's), else 0
     # A backward, and a forward that a backward follows, begin as the previous kernel on the stream ends (scan.cu waits
     # for it at entry): in forward + backward pairs on an H100 0.972-0.981x the time; repeated forwards alone
     # 0.968-1.029x (the thin ones slower), so those launch plainly (results/scan_pdl_probe_h100.md).
@@ -80,7 +80,7 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: i
     lanes = B * d_tiles
     segments = p.segments(lanes, p.chunks(T))
     return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
-                   p.vec * element_size, d_tiles, lanes, segments, lanes * segments * p.tile if segments > 1 else 0,
+                   p.vec * element_size, d_tiles, lanes, segments, p.published_words(lanes, segments),
                    p.problem.direction == "backward" or p.problem.paired)
 
 

@@ -117,6 +117,12 @@ STAGE_ALIGN = 128
 """Bytes to whose multiple scan.cu aligns its staged chunks (`extern __shared__ __align__(128)`), after the static
 rows: starting 16 bytes off, the whole-lane linear scan at [8, 4096, 1536] ran 18-23% slower on the H200."""
 
+LOOK_BACK_GROUP = 16
+"""Segments per group of a split lane's look-back (at least; threads_t where that is more, ScanPlan.group): each
+group's last segment also publishes its group's composed map, and a look-back composes the single maps of its nearest
+segments, then whole groups (scan.cu): with 512 segments of 16 rows, at most 4 rounds instead of 32 where no final
+state or product of decays ends a look-back early (decays near 1)."""
+
 WORD_BYTES = 16
 """A segment publishes two 8-byte words per channel (its map's a and b, or its final state): written back to DRAM."""
 
@@ -430,6 +436,16 @@ class ScanPlan:
         segments = -(-chunks // chunks_per_segment)
         return dataclasses.replace(self, sm_count=-(-segments * lanes // self.min_blocks))
 
+    @property
+    def group(self) -> int:
+        """Segments per group of the look-back (LOOK_BACK_GROUP)."""
+        return max(LOOK_BACK_GROUP, self.threads_t)
+
+    def published_words(self, lanes: int, segments: int) -> int:
+        """Words per array that a launch of `segments` segments per lane publishes: every segment's, then every
+        group's (none for one segment per lane)."""
+        return lanes * (segments + -(-segments // self.group)) * self.tile if segments > 1 else 0
+
     def d_tiles(self, hidden_dim: int) -> int:
         return -(-hidden_dim // self.tile)
 
@@ -454,6 +470,7 @@ class ScanPlan:
             "SCAN_WANTED": self.problem.wanted,  # the backward's gradients (bit i: input i)
             "SCAN_HELD": self.held,
             "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: segment 0 alone publishes a state
+            "SCAN_GROUP": self.group,
         }
 
     def source(self) -> str:

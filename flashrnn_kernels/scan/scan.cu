@@ -24,7 +24,12 @@
 // first streams its inputs to fold them into its map h -> A h + B (pass A). Segment 0 then publishes its final state
 // A h0 + B at once; every later one publishes its map and looks back (decoupled look-back: in rounds of
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
-// memory, and a published final state ends the composition), then publishes its own final state A carry + B. Each
+// memory, and a published final state ends the composition), then publishes its own final state A carry + B. The
+// segments form groups of SCAN_GROUP: each group's last segment also publishes its group's map once its look-back has
+// composed the group's earlier segments, and a look-back composes the single maps of its nearest segments (at least
+// SCAN_THREADS_T of them, down to a group's first segment), then whole groups; so where no final state or product of
+// decays ends it early (decays near 1), a look-back over 512 segments takes at most 4 rounds of 16 instead of 32, and
+// where one ends it in its first round, it ends there as it would without groups. Each
 // segment then walks its chunks again writing the outputs (pass B). Where a launch's segments are all at most
 // SCAN_STAGES chunks long, they are still staged after pass A, so pass B reads them from shared memory (the chained
 // plans: one chunk per segment, one pass over memory); there pass A also keeps each thread row's map from the
@@ -34,13 +39,7 @@
 // Which final states a look-back finds depends on timing, and composing a map rounds otherwise than taking the final
 // state it leads to, so carries agree to rounding from run to run. With SCAN_DETERMINISTIC only segment 0 publishes
 // its final state, and every look-back composes the same maps in the same order (which ones depends on its segment's
-// index alone; nearest first, until segment 0 or a product of decays that is 0), so reruns agree to the bit. There
-// the segments form groups of SCAN_GROUP: a look-back composes its own group's earlier segments one by one, then
-// whole groups, whose maps each group's last segment publishes (in place of its own map, which no look-back reads
-// then) as soon as it has composed its group's earlier ones; so where no product of decays ends a look-back early
-// (decays near 1), the last of 512 segments takes 3 rounds of 16 instead of 32. (Without SCAN_DETERMINISTIC the
-// nearest published final state ends a look-back: there the groups' later maps made the look-backs that end in their
-// first round wait longer.)
+// index alone; nearest first, until segment 0 or a product of decays that is 0), so reruns agree to the bit.
 // A published value is one 64-bit word (value, tag) written and read with relaxed atomics, so it is valid exactly
 // when its tag names this launch: no fences, no flags. A block waits only on lower-numbered blocks, which the GPU
 // starts no later than it (blocks are dispatched in index order), so the waits always end.
@@ -51,7 +50,7 @@
 #if !defined(SCAN_THREADS_D) || !defined(SCAN_THREADS_T) || !defined(SCAN_VEC) || !defined(SCAN_STEPS) || \
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
     !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES) || \
-    !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC) || !defined(SCAN_HELD)
+    !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC) || !defined(SCAN_HELD) || !defined(SCAN_GROUP)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -93,7 +92,6 @@ typedef __half elem_t;
 // launch's inputs exceed the GPU's shared memory, that fits every block in one wave.
 #define SCAN_STAGED_ROWS (SCAN_THREADS_T * (SCAN_STEPS - SCAN_HELD))      // staged rows of one chunk
 #define SCAN_STAGE (SCAN_STAGED * SCAN_STAGED_ROWS * SCAN_TILE)            // elements of one staged chunk
-#define SCAN_GROUP (SCAN_THREADS_T < 16 ? 16 : SCAN_THREADS_T)  // segments per group of deterministic look-backs
 #define SCAN_ROW (SCAN_TILE + 4)  // floats per row of s_a / s_b: padded so that the rows' 16-byte pieces spread
                                   // over all banks
 #define SCAN_ROW_BATCH (SCAN_THREADS_T < 8 ? SCAN_THREADS_T : 8)  // rows of s_a / s_b read ahead (for_rows)
@@ -103,6 +101,7 @@ typedef __half elem_t;
 #define SCAN_PHASE2_BATCH (SCAN_THREADS_T > SCAN_VEC ? SCAN_ROW_BATCH : 1)
 
 static_assert(SCAN_THREADS % 32 == 0, "a block is whole warps");
+static_assert(SCAN_GROUP >= SCAN_THREADS_T, "a look-back's first round reads single maps of one or two groups");
 static_assert(SCAN_VEC * sizeof(elem_t) <= 16, "one access is at most 16 bytes");
 static_assert(SCAN_THREADS >= 32, "a block is at least one warp");
 static_assert((SCAN_VEC & (SCAN_VEC - 1)) == 0, "SCAN_VEC is a power of two");
@@ -224,7 +223,8 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 //   y1, y2 (, y3) = gradients of x1, x2 (, x3) [B, T, D], those that SCAN_WANTED names (the others may be null);
 //   grad_h0 (fp32 [B, D], or null) = a_0 * dh_0.
 // Grid: lanes * segments blocks (block = segment * lanes + lane), all resident when segments > 1.
-// seg_a, seg_b: [lanes, segments, SCAN_TILE] published words (unused with one segment); epoch in [1, 2^31), or with
+// seg_a, seg_b: [lanes, segments, SCAN_TILE] published words of the segments, then [lanes, groups, SCAN_TILE] of the
+// groups of SCAN_GROUP segments (ScanPlan.published_words; unused with one segment); epoch in [1, 2^31), or with
 // counters (not null, launches captured into a CUDA graph) the launch's slot for graph_epoch.
 // Grid order matters with more than one segment: a block waits on lower-numbered ones.
 // Dynamic shared memory: SCAN_STAGES * SCAN_STAGE elements.
@@ -599,10 +599,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             walk([&](int buf, const ChunkAt& at) { fold_chunk(buf, at, Flag<false>(), pre_a[0], pre_b[0]); }, false);
         }
         const unsigned map_tag = 2u * launch_epoch, final_tag = map_tag + 1u;
-        // SCAN_DETERMINISTIC: a group's last segment publishes its group's map in place of its own, which no look-back
-        // reads then (see the top of this file)
-        const bool group_last = SCAN_DETERMINISTIC && seg % SCAN_GROUP == SCAN_GROUP - 1;
-        if (seg > 0 && !group_last) {
+        if (seg > 0) {
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
                 int c;
@@ -624,9 +621,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             la[k] = 1.0f;
             lb[k] = seg == 0 ? initial(k) : 0.0f;
         }
-        // one round: this row reads the words at slot p of the lane (the identity below slot `lowest`); whether any
-        // owned channel is still open after it
-        auto look_back_round = [&](int p, int lowest) -> bool {
+        // one round: this row reads the words from index w on (w < 0: the identity); whether any owned channel is still
+        // open after it
+        auto look_back_round = [&](long long w) -> bool {
             // the row's threads read predecessor p's words together: thread tx channels 2 (tx + SCAN_THREADS_D i)
             // and the next, one 16-byte load per array each, so a warp's loads cover whole sectors (a thread's own
             // SCAN_VEC channels would take one 8-byte load each, four of them per sector); SCAN_VEC odd: its own
@@ -635,8 +632,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 return WIDTH == 2 ? 2 * (tx + SCAN_THREADS_D * i) + e : tx * SCAN_VEC + i;
             };
             float ra[SCAN_VEC], rb[SCAN_VEC];  // element WIDTH i + e: channel(i, e)
-            if (p >= lowest) {
-                const long long w = word0 + (long long)p * SCAN_TILE;
+            if (w >= 0) {
                 // every unpublished load of the row is reissued in the same round, so the wait ends about one L2
                 // round trip after the last of them lands (reloading one at a time would chain them)
                 word_t wa[SCAN_VEC], wb[SCAN_VEC];
@@ -670,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 } while (stale != 0);
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) published_map(wa[j], wb[j], map_tag, ra[j], rb[j]);
-            } else {  // before the round's first slot (segment 0 is always final): the identity
+            } else {  // past the predecessors this round covers (segment 0 is always final): the identity
 #pragma unroll
                 for (int j = 0; j < SCAN_VEC; ++j) {
                     ra[j] = 1.0f;
@@ -706,26 +702,29 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
             // the barrier also ends the rows' reads before s_a / s_b are written again
             return __syncthreads_or(open);
         };
-        // the rounds end where one leaves no channel open, or at the round that reached slot 0 whatever la holds
-        // (a NaN input keeps it nonzero)
-        // SCAN_DETERMINISTIC: its own group's earlier segments one by one, then whole groups
-        const int group_first = SCAN_DETERMINISTIC ? seg - seg % SCAN_GROUP : 0;
+        // single maps down to segment `singles_end` (a group's last segment: its group's first; else the first of the
+        // group before its own), then whole groups, nearest first; the rounds end where one leaves no channel open,
+        // or at the round that reached segment or group 0 whatever la holds (a NaN input keeps it nonzero)
+        const int group = seg / SCAN_GROUP, groups = (segments + SCAN_GROUP - 1) / SCAN_GROUP;
+        const bool group_last = seg % SCAN_GROUP == SCAN_GROUP - 1;
+        const int singles_end = (group_last || group == 0 ? group : group - 1) * SCAN_GROUP;
         bool any_open = true;
-        for (int base = seg - 1; any_open && base >= group_first; base -= SCAN_THREADS_T)
-            any_open = look_back_round(base - ty, group_first);
+        for (int base = seg - 1; any_open && base >= singles_end; base -= SCAN_THREADS_T)
+            any_open = look_back_round(base - ty >= singles_end ? word0 + (long long)(base - ty) * SCAN_TILE : -1);
+        const long long group0 = ((long long)lanes * segments + (long long)lane * groups) * SCAN_TILE;
         if (group_last) {  // the group's map: this segment's after the group's earlier ones
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
                 int c;
                 if (owned(k, c)) {
-                    publish(seg_a + mine + c, la[k] == 0.0f ? 0.0f : acc_a[k] * la[k], map_tag);
-                    publish(seg_b + mine + c, apply_map(acc_a[k], lb[k], acc_b[k]), map_tag);
+                    const long long at = group0 + (long long)group * SCAN_TILE + c;
+                    publish(seg_a + at, la[k] == 0.0f ? 0.0f : acc_a[k] * la[k], map_tag);
+                    publish(seg_b + at, apply_map(acc_a[k], lb[k], acc_b[k]), map_tag);
                 }
             }
         }
-        // earlier groups, SCAN_GROUP segments apart: group q's map is at slot q * SCAN_GROUP + SCAN_GROUP - 1
-        for (int base = group_first - 1; any_open && base >= 0; base -= SCAN_THREADS_T * SCAN_GROUP)
-            any_open = look_back_round(base - SCAN_GROUP * ty, 0);
+        for (int base = singles_end / SCAN_GROUP - 1; any_open && base >= 0; base -= SCAN_THREADS_T)
+            any_open = look_back_round(base - ty >= 0 ? group0 + (long long)(base - ty) * SCAN_TILE : -1);
 #pragma unroll
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;

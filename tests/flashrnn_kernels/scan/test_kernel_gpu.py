@@ -306,9 +306,9 @@ def test_every_carry_mode(name, dtype, carry, shape):
 @pytest.mark.parametrize("name", list(OPS))
 def test_deterministic_split_lanes(name, dtype, carry, shape):
     """The split-lane plans of torch's deterministic mode (SCAN_DETERMINISTIC: only segment 0 publishes its final
-    state, every look-back composes maps down to it or to a zero product, through whole groups' maps where it starts
-    past its group's first segment; T = 65537 splits a lane into many groups): forward h and the backward's gradients
-    against the fp64 reference."""
+    state, every look-back composes maps down to it or to a zero product, whole groups' maps past its nearest
+    segments; T = 65537 splits a lane into many groups): forward h and the backward's gradients against the fp64
+    reference."""
     plans = [p.deterministic_variant() for p in _carry_plans(name, dtype, shape, carry)]
     _check_plans(name, dtype, shape, plans, f"deterministic carry={carry}")
 

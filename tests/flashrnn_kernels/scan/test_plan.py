@@ -232,6 +232,22 @@ def test_pairing_moves_no_other_plan():
         assert dataclasses.replace(paired, problem=problem) == alone, (alone, paired)
 
 
+def test_look_back_groups_and_their_words():
+    """A split lane's look-back groups its segments by 16, or by threads_t where that is more (its first round reads
+    single maps of at most two groups), and a launch publishes words for every segment, then for every group."""
+    gpu = hwmodels.load("h100")
+    problem = ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "forward")
+    rows16 = carry_plan(problem, gpu, "chained", threads_d=8, threads_t=16, steps=8)
+    rows32 = carry_plan(problem, gpu, "chained", threads_d=8, threads_t=32, steps=8)
+    rows8 = carry_plan(problem, gpu, "chained", threads_d=8, threads_t=8, steps=8)
+    assert [p.group for p in (rows8, rows16, rows32)] == [16, 16, 32]
+    assert all(p.defines()["SCAN_GROUP"] == p.group for p in (rows8, rows16, rows32))
+    assert rows16.tile == 32
+    assert rows16.published_words(2, 40) == 2 * (40 + 3) * 32  # 3 groups, the last one partial
+    assert rows32.published_words(1, 64) == (64 + 2) * 32
+    assert rows16.published_words(4, 1) == 0  # whole lanes publish nothing
+
+
 def test_deterministic_plans_keep_the_block_shape():
     """torch.use_deterministic_algorithms: split lanes keep their plan's block shape, compiled with
     SCAN_DETERMINISTIC (only segment 0 publishes its final state); whole lanes, deterministic as they are, keep the
