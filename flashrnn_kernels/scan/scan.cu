@@ -624,7 +624,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         // one round: this row reads the words from index w on (w < 0: the identity); whether any owned channel is still
         // open after it
         auto look_back_round = [&](long long w) -> bool {
-            // the row's threads read predecessor p's words together: thread tx channels 2 (tx + SCAN_THREADS_D i)
+            // the row's threads read the words at w together: thread tx channels 2 (tx + SCAN_THREADS_D i)
             // and the next, one 16-byte load per array each, so a warp's loads cover whole sectors (a thread's own
             // SCAN_VEC channels would take one 8-byte load each, four of them per sector); SCAN_VEC odd: its own
             constexpr int WIDTH = SCAN_VEC % 2 == 0 ? 2 : 1, LOADS = SCAN_VEC / WIDTH;
