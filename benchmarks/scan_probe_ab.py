@@ -53,6 +53,8 @@ NO_LOOKBACK = [(f"        for (int base = {loop}", SKIP[8:]) for loop in (
 UNGROUPED = [("#define SCAN_ROW (SCAN_TILE + 4)", "#undef SCAN_GROUP\n#define SCAN_GROUP (1 << 20)\n")]
 """Look-backs without groups (one group larger than any lane of fewer than 2^20 segments): each composes every earlier
 segment's map (or its final state), one by one."""
+GROUP_MAPS_ONLY = [("                if (!SCAN_DETERMINISTIC && group_last)\n", SKIP)]
+"""A group's words keep its map: its last segment does not publish the group's final state there."""
 
 
 def _evict_first(when: str) -> list[tuple[str, str]]:
@@ -75,7 +77,7 @@ PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)},
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
           "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
-          "ungrouped": UNGROUPED}
+          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
 _source = common.probe_build_source(ScanPlan.source)
@@ -170,6 +172,7 @@ def main() -> None:
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
                "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
                "(only segment 0 publishes its final state); ungrouped: look-backs without groups' maps; "
+               "groupmaps: groups' words hold their maps only, not their final states; "
                "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
                "solver's best plan holding no steps. decays: "

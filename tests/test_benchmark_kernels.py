@@ -67,7 +67,8 @@ def test_scan_probes_patch_the_kernel(scan_probe):
 
 
 @requires_nvcc
-@pytest.mark.parametrize("name", ["nostore_nolookback_noscan", "sleep100", "stcs_all", "deterministic+ungrouped"])
+@pytest.mark.parametrize("name", ["nostore_nolookback_noscan", "sleep100", "stcs_all", "deterministic+ungrouped",
+                                  "groupmaps"])
 def test_scan_probe_builds_compile_without_spills(tmp_path, scan_probe, name):
     module, plans = scan_probe
     for p in plans:

@@ -26,7 +26,8 @@
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
 // memory, and a published final state ends the composition), then publishes its own final state A carry + B. The
 // segments form groups of SCAN_GROUP: each group's last segment also publishes its group's map once its look-back has
-// composed the group's earlier segments, and a look-back composes the single maps of its nearest segments (at least
+// composed the group's earlier segments (and, but with SCAN_DETERMINISTIC, in its place the group's final state once
+// known: its own), and a look-back composes the single maps of its nearest segments (at least
 // SCAN_THREADS_T of them, down to a group's first segment), then whole groups; so where no final state or product of
 // decays ends it early (decays near 1), a look-back over 512 segments takes at most 4 rounds of 16 instead of 32, and
 // where one ends it in its first round, it ends there as it would without groups. Each
@@ -729,8 +730,13 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int k = 0; k < SCAN_OWNED; ++k) {
             int c;
             carry[k] = lb[k];
-            if ((!SCAN_DETERMINISTIC || seg == 0) && owned(k, c))
-                publish(seg_b + mine + c, apply_map(acc_a[k], lb[k], acc_b[k]), final_tag);
+            if (owned(k, c)) {
+                const float final_state = apply_map(acc_a[k], lb[k], acc_b[k]);
+                if (!SCAN_DETERMINISTIC || seg == 0) publish(seg_b + mine + c, final_state, final_tag);
+                // the state at the group's end, which ends a look-back at the group as the segment's own word does
+                if (!SCAN_DETERMINISTIC && group_last)
+                    publish(seg_b + group0 + (long long)group * SCAN_TILE + c, final_state, final_tag);
+            }
         }
         // pass B
         if (kept) {  // every row's carry-in straight from the segment's, lb, which the owners pass on in s_a row 0
