@@ -26,8 +26,8 @@
 // SCAN_THREADS_T predecessors, nearest first, thread row ty reading one; the rows' maps are composed in shared
 // memory, and a published final state ends the composition), then publishes its own final state A carry + B. The
 // segments form groups of SCAN_GROUP: each group's last segment also publishes its group's map once its look-back has
-// composed the group's earlier segments (and, but with SCAN_DETERMINISTIC, in its place the group's final state once
-// known: its own), and a look-back composes the single maps of its nearest segments (at least
+// composed the group's earlier segments (without SCAN_DETERMINISTIC, later its own final state, the state at the
+// group's end, in place of the map's B), and a look-back composes the single maps of its nearest segments (at least
 // SCAN_THREADS_T of them, down to a group's first segment), then whole groups; so where no final state or product of
 // decays ends it early (decays near 1), a look-back over 512 segments takes at most 4 rounds of 16 instead of 32, and
 // where one ends it in its first round, it ends there as it would without groups. Each
