@@ -7,7 +7,8 @@ in (0.5, 1)); the outputs and gradients of the two plans are compared (they diff
 `--shapes`: instead, the paired plan against other chained block shapes (threads along D x thread rows x steps),
 each in a pair and its forward alone (against the plan alone); a shape "F/B" sets the backward's too (either side
 "plan": the solver's; "@N" after a side holds its launches to N blocks per SM, "~W" lets a segment load only once
-the one W before it has published: a probe build); `--problems` gives the problems (BxTxD:dtype; default the
+the one W before it has published: a probe build; "+PROBE" after a side builds it as scan_probe_ab.py's probe
+PROBE); `--problems` gives the problems (BxTxD:dtype; default the
 list); writes scan_paired_forward_shapes.{csv,md}.
 
 Usage: python benchmarks/scan_paired_forward_ab.py [--rounds 4] [--shapes 8x16x8,8x8x8,plan/16x8x16]
@@ -28,6 +29,7 @@ from flashrnn_kernels.runtime.device import device_gpu
 from flashrnn_kernels.scan import function as scan_function
 from flashrnn_kernels.scan.function import device_plan, run_scan
 from flashrnn_kernels.scan.plan import ScanPlan, carry_plan
+from scan_probe_ab import PROBES
 
 PROBLEMS = [((1, 65536, 64), torch.float32), ((4, 16384, 64), torch.float32), ((2, 16384, 128), torch.float32),
             ((1, 16384, 256), torch.float32), ((8, 4096, 128), torch.float32), ((1, 65536, 128), torch.bfloat16),
@@ -61,7 +63,11 @@ def window(w: int) -> list[tuple[str, str]]:
 
 def _chained(p, shape: str):
     """Plan p's problem solved with chained blocks of `shape` (threads along D x thread rows x steps); "plan": p. A
-    suffix "@N" holds its launches to N blocks per SM (CAPS), "~W" builds it as the window probe (window)."""
+    suffix "@N" holds its launches to N blocks per SM (CAPS), "~W" builds it as the window probe (window), "+PROBE"
+    as scan_probe_ab.PROBES[PROBE]."""
+    shape, _, probe = shape.partition("+")
+    if probe:
+        return common.probe_plan(_chained(p, shape), PROBES[probe])
     shape, _, w = shape.partition("~")
     shape, _, cap = shape.partition("@")
     if shape != "plan":

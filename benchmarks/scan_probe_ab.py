@@ -73,11 +73,24 @@ NO_SCAN = [("        float fa[SCAN_VEC], fb[SCAN_VEC];\n", "        if (T > 0) r
 """Wrong results, a timing probe: the staged chunks are neither folded nor rescanned (phase 2 and the look-back's
 composition still run)."""
 
+def _l2_prefetch(size: int) -> list[tuple[str, str]]:
+    """Staging copies that ask L2 to fetch the whole `size`-byte block around each 16-byte copy (cp.async's
+    .L2::<size>B prefetch size; other accesses as they are)."""
+    return [('#include "runtime/relaxed_words.cuh"', f"""__device__ __forceinline__ void cp_async16_prefetch(
+    void* dst, const void* src, bool valid) {{
+    asm volatile("cp.async.cg.shared.global.L2::{size}B [%0], [%1], 16, %2;\\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}}
+#define cp_async16 cp_async16_prefetch
+""")]
+
+
 PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
           "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
-          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY}
+          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY,
+          **{f"l2pf{size}": _l2_prefetch(size) for size in (64, 128, 256)}}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
 _source = common.probe_build_source(ScanPlan.source)

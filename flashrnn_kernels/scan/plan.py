@@ -27,12 +27,12 @@ load, two passes over the chunk, one look-back round, WorkModel.chained_step_ns 
 adds WorkModel.chained_ns, and each wave of chained blocks alone on their SMs WorkModel.chained_solo_ns; a forward whose
 whole traffic fits in L2_REREAD_SHARE of L2 adds chained_ns_in_l2 instead, and per wave chained_sparse_ns for each
 chained block per SM below CHAINED_FULL_BLOCKS (results/scan_forward_in_l2_ab.md), and a paired forward (one that a
-backward follows) WorkModel.chained_ns_paired. A resident
-segment streams its inputs twice (pass A, then pass B with the outputs); the second read comes from L2 when all inputs
-fit in three quarters of it, else from DRAM; where its lane has several segments, its phase 2 adds ROW_CHAIN_NS per
-thread row and chunk of each pass; and its look-back adds LOOKBACK_NS plus ROUND_NS per round of threads_t
-predecessors. The resident constants were fitted side by side on the H200 (results/scan_resident_model_ab.md: 128
-problems whose plans they changed, 0.905x the time in geometric mean).
+backward follows) WorkModel.chained_ns_paired, as does a forward holding steps where resident segments would split
+lanes (results/scan_held_alone_ab_h100.md). A resident segment streams its inputs twice (pass A, then pass B with the
+outputs); the second read comes from L2 when all inputs fit in three quarters of it, else from DRAM; where its lane has
+several segments, its phase 2 adds ROW_CHAIN_NS per thread row and chunk of each pass; and its look-back adds
+LOOKBACK_NS plus ROUND_NS per round of threads_t predecessors. The resident constants were fitted side by side on the
+H200 (results/scan_resident_model_ab.md: 128 problems whose plans they changed, 0.905x the time in geometric mean).
 """
 from __future__ import annotations
 
@@ -197,6 +197,9 @@ class WorkModel:
     chained_steps: tuple[int, int]
     """Steps per thread a chained block runs best at, forward and backward: it prefers them where the model ties
     (see `objective`)."""
+    chained_backward_elements: int
+    """Where nonzero, a chained backward's preferred steps are as many as give each thread this many elements (steps
+    x vec, at most STEP_CHOICES' largest steps) instead of chained_steps[1] (see preferred_steps)."""
     chained_max_rows: int
     """Thread rows (threads_t) per chained block at most (0: no bound)."""
     chained_off_ns: tuple[int, int]
@@ -224,14 +227,16 @@ WORK_MODELS = {
     "linear": WorkModel(min_row_bytes=128, whole_row_bytes=256, threads_d=POW2_AND_THREES, min_warps=2, busy_warps=4,
                         sm_share=(5, 4), chunk_ns=150, row_ns=30, element_ns=(10, 10),
                         fast_element_ns=(10, 10), chained_ns=12000, chained_ns_paired=4000,
-                        chained_step_ns=(0, 0), chained_steps=(16, 8), chained_max_rows=0,
+                        chained_step_ns=(0, 0), chained_steps=(16, 8), chained_backward_elements=64,
+                        chained_max_rows=0,
                         chained_off_ns=(1000, 7000), prefer_occupancy=True, chained_solo_ns=(600, 600),
                         chained_ns_in_l2=3000, chained_sparse_ns=500,
                         prefer_small_blocks=False, resident=(True, False)),
     "min_gru": WorkModel(min_row_bytes=64, whole_row_bytes=0, threads_d=POW2, min_warps=4, busy_warps=0,
                          sm_share=(1, 1), chunk_ns=400, row_ns=0, element_ns=(100, 290),
                          fast_element_ns=(50, 200), chained_ns=0, chained_ns_paired=0,
-                         chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_max_rows=16,
+                         chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_backward_elements=0,
+                         chained_max_rows=16,
                          chained_off_ns=(2000, 0), prefer_occupancy=False, chained_solo_ns=(0, 0),
                          chained_ns_in_l2=0, chained_sparse_ns=0,
                          prefer_small_blocks=True, resident=(False, False)),
@@ -298,7 +303,12 @@ H200, 2026-12-03), and the long forwards' chained blocks of 8 x 32 threads, one 
 scan and store follow one another with nothing to overlap them. Hence chained_solo_ns (600, 600) per wave of lone
 chained blocks, about the difference measured per wave, and the forward's chained_off_ns, 1000: without it, the
 forward at [1, 16384, 1536] fp32 took 4 steps per thread and 1.17x the earlier plan's time
-(results/scan_chained_solo_ab.md)."""
+(results/scan_chained_solo_ab.md). The backward's 8 steps were measured with 8 channels per thread (bf16); what a
+thread holds is its steps times its channels, so the backward prefers 64 elements per thread
+(chained_backward_elements): 16 steps of 4 channels in fp32, where 8 x 16 threads of 16 steps took 0.991-1.0x the
+pair's time of 8 x 32 of 8 on five problems ([1, 65536, 64] to [1, 65536, 256]; H100, 8 alternating rounds,
+results/scan_backward_elements_ab_h100.md) and 0.990x at [1, 65536, 64] on the H200
+(results/scan_pair_shapes_h200.md), the time model tying them."""
 
 
 def min_resident_warps(carry: str, direction: str, few_warps: bool = False) -> int:
@@ -306,6 +316,15 @@ def min_resident_warps(carry: str, direction: str, few_warps: bool = False) -> i
     MIN_SEGMENT_WARPS for all with `few_warps` (see `build_model`)."""
     few = few_warps or (carry == "resident" and direction == "forward")
     return MIN_SEGMENT_WARPS if few else MIN_RESIDENT_WARPS
+
+
+def preferred_steps(problem: ScanProblem) -> int:
+    """Steps per thread a chained block of `problem` runs best at (WorkModel.chained_steps,
+    chained_backward_elements)."""
+    work = WORK_MODELS[problem.cell]
+    if problem.direction == "backward" and work.chained_backward_elements:
+        return min(max(STEP_CHOICES), work.chained_backward_elements // widest_vec(problem))
+    return work.chained_steps[problem.direction == "backward"]
 
 
 def linear_register_need(steps):
@@ -575,6 +594,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     m.add(tile >= min_tile, name="row_spans_min_row_bytes")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
+    holds = 0  # a launch holding steps (ScanPlan.held)
     if problem.cell == "linear":
         holds = m.int_var(0, 1, "holds_steps")
         m.add(holds <= held, name="holds_steps_if_held")
@@ -613,11 +633,11 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     m.add(m.any_of([occ >= 2, solo == chained]), name="chained_solo_at_one_block")
     m.add(m.any_of([occ == 1, solo == 0]), name="chained_solo_only_at_one_block")
     # how far a chained block's steps per thread are from its preferred ones: |log2(steps / preferred)|
-    preferred_steps = work.chained_steps[backward]
+    best_steps = preferred_steps(problem)
     steps_off = m.int_var(0, len(STEP_CHOICES), "steps_from_preferred")
     for choice in STEP_CHOICES:
         m.add(m.any_of([staged_steps != choice,
-                        steps_off == abs(choice.bit_length() - preferred_steps.bit_length())]),
+                        steps_off == abs(choice.bit_length() - best_steps.bit_length())]),
               name=f"steps_from_preferred_at_{choice}")
 
     # the time model (module docstring)
@@ -683,14 +703,17 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     in_l2_forward = not backward and _fits_l2(gpu, B * T * dim * problem.traffic_elements * esize)
     chained_ns = (work.chained_ns_in_l2 if in_l2_forward else work.chained_ns_paired if problem.paired
                   else work.chained_ns)
+    # a held launch (one wave) pays a paired forward's fixed time alone too, against resident segments that split lanes
+    # (the narrowest tiles leave at least two SMs per lane; results/scan_held_alone_ab_h100.md)
+    held_saving = max(0, chained_ns - work.chained_ns_paired) if 2 * B * -(-dim // min_tile) <= gpu.sm_count else 0
     sparse = 0
     if in_l2_forward and work.chained_sparse_ns:
         sparse = work.chained_sparse_ns * (
             CHAINED_FULL_BLOCKS - _min_of(m, occ, CHAINED_FULL_BLOCKS, CHAINED_FULL_BLOCKS, "blocks_up_to_full"))
     time = m.int_var(1, 10**13, "time_ns")
     m.add(time == waves * wave + resident * LOOKBACK_NS + looked_back * resident * 2 * seg_chunks * tt * ROW_CHAIN_NS
-          + rounds * ROUND_NS + chained * chained_ns + solo * waves * work.chained_solo_ns[backward]
-          + chained * waves * sparse,
+          + rounds * ROUND_NS + chained * chained_ns - holds * held_saving
+          + solo * waves * work.chained_solo_ns[backward] + chained * waves * sparse,
           name="time_definition")
     return m
 

@@ -16,7 +16,7 @@ import hwmodels
 import pytest
 
 from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
-                                        objective, WORK_MODELS, plan, register_cap, register_need)
+                                        objective, WORK_MODELS, plan, preferred_steps, register_cap, register_need)
 from flashrnn_kernels.scan.problem import ALL_GRADIENTS, CELLS, DTYPES, ScanProblem, bucket
 from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, requires_nvcc
 
@@ -115,9 +115,11 @@ def test_segments_per_carry_mode():
 
 def test_thin_plans_follow_the_measured_carries():
     """[1, 65536, 64] on an H200 (scan_thin_sweep.csv, scan_carry_choice.md, scan_backward_carry_context.md,
-    scan_forward_in_l2_ab.md): the linear_scan forward in resident segments in fp32 and in chained blocks of 8 steps,
-    5 per SM, in bf16 (whose 25 MB of traffic fit in L2), its backward in chained one-chunk segments of 8 steps per
-    thread (never resident: measured after a forward, 1.15x / 1.5x the chained time in fp32 / bf16), minGRU / minLSTM
+    scan_forward_in_l2_ab.md, scan_held_alone_ab_h100.md): the linear_scan forward in chained blocks holding 5 of 21
+    steps in registers in fp32 (0.80x the time of the resident segments planned before) and of 8 steps,
+    5 per SM, in bf16 (whose 25 MB of traffic fit in L2), its backward in chained one-chunk segments of 64 elements per
+    thread, 16 steps of 4 channels in fp32 and 8 of 8 in bf16 (never resident: measured after a forward, 1.15x / 1.5x
+    the chained time in fp32 / bf16; scan_backward_elements_ab_h100.md), minGRU / minLSTM
     in chained one-chunk segments (never resident), their backward with at most 4 steps per thread (8 measured
     1.4-2.6x slower), their forward with 4 (2 and 8 measured up to 1.4x slower) in at most 16 thread rows (the error
     with decays near 1 grew with the rows: 2.7e-5 at 32)."""
@@ -126,10 +128,10 @@ def test_thin_plans_follow_the_measured_carries():
         for direction in ("forward", "backward"):
             linear = plan(ScanProblem.for_shape("linear", 1, 65536, 64, dtype, direction), gpu)
             if direction == "forward":
-                assert linear.carry == "resident" if dtype == "float32" else (
+                assert (linear.carry, linear.steps, linear.held) == ("chained", 21, 5) if dtype == "float32" else (
                     linear.carry == "chained" and linear.steps == 8 and linear.min_blocks == 5), linear
             else:
-                assert linear.carry == "chained" and linear.steps == 8
+                assert linear.carry == "chained" and linear.steps * linear.vec == 64
                 with pytest.raises(constrint.Infeasible, match="no_resident_segments_for_the_cell_and_direction"):
                     carry_plan(linear.problem, gpu, "resident")
             for cell in ("min_gru", "min_lstm"):
@@ -148,21 +150,22 @@ def test_linear_forwards_in_l2_run_chained_blocks_of_5_per_sm(case):
     """Forwards whose whole traffic fits in three quarters of the H200's L2 ran as chained blocks of 8 x 16 threads, 8
     steps, 5 per SM in 0.73-1.00x the time of the resident segments planned before, 0.68-0.99x in a forward+backward
     pair (23 problems of scan_forward_in_l2_model_ab.md); blocks of 2 per SM lost alone by up to 1.08x
-    (scan_forward_in_l2_ab.md). The thin fp32 forward's 50 MB do not fit, and it keeps its resident segments."""
+    (scan_forward_in_l2_ab.md). The thin fp32 forward's 50 MB do not fit: its chained blocks hold steps instead."""
     shape, dtype = case
     p = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward"), hwmodels.load("H200-SXM-141GB"))
     assert (p.carry, p.threads_d, p.threads_t, p.steps, p.min_blocks) == ("chained", 8, 16, 8, 5), p
 
 
 @pytest.mark.parametrize("shape", [(1, 16384, 64), (2, 32768, 128), (4, 8192, 128), (1, 65536, 256)])
-def test_linear_backward_runs_chained_blocks_of_8_steps(shape):
+def test_linear_backward_runs_chained_blocks_of_64_elements_per_thread(shape):
     """The linear backward's thin problems timed after a forward (scan_backward_carry_context.md, H200): chained
-    one-chunk segments of 8 steps per thread, in both dtypes (the plans of resident segments, and of chained ones of 2
-    or 16 steps, took 1.02-1.54x the best measured time)."""
+    one-chunk segments (the plans of resident segments, and of chained ones of 2 steps, or of 16 in bf16, took
+    1.02-1.54x the best measured time), 64 elements per thread: 8 steps of 8 channels in bf16, 16 of 4 in fp32
+    (0.991-1.0x the pairs' time of 8 steps; scan_backward_elements_ab_h100.md)."""
     gpu = hwmodels.load("H200-SXM-141GB")
     for dtype in ("float32", "bfloat16"):
         p = plan(ScanProblem.for_shape("linear", *shape, dtype, "backward"), gpu)
-        assert (p.carry, p.steps, p.stages) == ("chained", 8, 1), p
+        assert (p.carry, p.steps * p.vec, p.stages) == ("chained", 64, 1), p
 
 
 @pytest.mark.parametrize("case", [((1, 65536, 64), "float32", "backward"), ((2, 32768, 128), "bfloat16", "backward"),
@@ -188,12 +191,14 @@ def test_paired_linear_forwards_run_chained_blocks(case):
     0.73-0.98x as long as the resident segments planned for the forward alone, which alone run up to 1.24x faster
     (scan_thin_forward_context.md, H200). So each context has its plan. Their 512 blocks of 16 staged steps exceed a
     wave, so in fp32 (HELD_DTYPES) each thread holds 5 more steps in registers: 392 blocks, 3 per SM, one wave
-    (scan_held_ab_h100.md)."""
+    (scan_held_ab_h100.md). Such a launch also runs faster alone than resident segments (0.785-0.834x on eight
+    problems of up to 32 lanes; scan_held_alone_ab_h100.md): there the fp32 forward alone takes the paired plan."""
     shape, dtype = case
     gpu = hwmodels.load("H200-SXM-141GB")
     alone = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward"), gpu)
     paired = plan(ScanProblem.for_shape("linear", *shape, dtype, "forward", paired=True), gpu)
-    assert alone.carry == "resident", alone
+    assert alone.carry == "resident" if dtype == "bfloat16" else alone == dataclasses.replace(
+        paired, problem=alone.problem), alone
     held = (21, 5, 3) if dtype == "float32" else (16, 0, 2)
     assert (paired.carry, paired.threads_d, paired.threads_t, paired.steps, paired.held, paired.min_blocks) == (
         "chained", 8, 16, *held), paired
@@ -300,18 +305,21 @@ def test_ties_of_the_time_model_are_broken_by_the_objective(case):
     assert best["stages"] == 2 and (cell != "linear" or best["steps"] == 8)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_tied_chained_backwards_take_the_preferred_steps(dtype):
+@pytest.mark.parametrize("dtype, shape, other", [("bfloat16", (8, 32, 8), (8, 16, 16)),
+                                                 ("float32", (8, 16, 16), (8, 32, 8))])
+def test_tied_chained_backwards_take_the_preferred_steps(dtype, shape, other):
     """On an H100 the waves' bandwidth bound hides the chained backward's chained_off_ns, so the time model ties 8 x 32
-    threads of 8 steps with 8 x 16 of 16; the objective takes the steps nearer WorkModel.chained_steps before fewer
-    rows (8 x 32 x 8 took 0.79-0.90x the bf16 pairs' time there; results/scan_backward_plans_h100.md)."""
+    threads of 8 steps with 8 x 16 of 16; the objective takes the steps nearer the preferred ones, 64 elements per
+    thread (preferred_steps), before fewer rows: 8 x 32 x 8 took 0.79-0.90x the bf16 pairs' time there
+    (results/scan_backward_plans_h100.md), and in fp32 8 x 16 x 16 took 0.991-1.0x the time of 8 x 32 x 8 in five
+    pairs (results/scan_backward_elements_ab_h100.md)."""
     gpu = hwmodels.load("H100-SXM5-80GB")
     problem = ScanProblem.for_shape("linear", 1, 65536, 64, dtype, "backward")
     p = plan(problem, gpu)
-    assert (p.carry, p.threads_d, p.threads_t, p.steps) == ("chained", 8, 32, 8)
-    assert p.steps == WORK_MODELS["linear"].chained_steps[1]
-    fewer_rows = carry_plan(problem, gpu, "chained", threads_d=8, threads_t=16, steps=16, vec=p.vec)
-    assert fewer_rows.estimate_ns == p.estimate_ns  # a tie of the time model, which the objective breaks
+    assert (p.carry, p.threads_d, p.threads_t, p.steps) == ("chained", *shape)
+    assert p.steps == preferred_steps(problem) == WORK_MODELS["linear"].chained_backward_elements // p.vec
+    tied = carry_plan(problem, gpu, "chained", threads_d=other[0], threads_t=other[1], steps=other[2], vec=p.vec)
+    assert tied.estimate_ns == p.estimate_ns  # a tie of the time model, which the objective breaks
 
 
 def test_tiny_hidden_sizes_have_plans():
@@ -462,7 +470,7 @@ def test_held_steps_only_in_chained_forwards():
     gpu = hwmodels.load("H200-SXM-141GB")
     forward = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "forward", paired=True), gpu)
     backward = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "backward"), gpu)
-    resident = plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "forward"), gpu)
+    resident = carry_plan(ScanProblem.for_shape("linear", 1, 65536, 64, "float32", "forward"), gpu, "resident")
     assert forward.carry == "chained" and resident.carry == "resident"
     with pytest.raises(ValueError, match="only a chained forward holds steps"):
         backward.holding(gpu, 8, 2, 2)
@@ -526,3 +534,15 @@ def test_a_backward_without_some_gradients_stages_and_moves_less():
     for cell, direction, wanted in (("linear", "backward", 8), ("linear", "backward", -1), ("min_gru", "forward", 1)):
         with pytest.raises(ValueError, match="wanted must be a bit set"):
             ScanProblem.for_shape(cell, 1, 16, 64, "float32", direction, wanted)
+
+
+@pytest.mark.parametrize("gpu_name", ["H200-SXM-141GB", "H100-SXM5-80GB"])
+def test_held_forwards_alone_only_against_split_lanes(gpu_name):
+    """Alone, the held fp32 forwards took 0.785-0.834x the time of the resident segments planned before where the
+    narrowest tiles give 2-32 lanes, but 1.086-1.094x at 128 lanes, where resident segments are whole lanes
+    (scan_held_alone_ab_h100.md): the model gives a held launch the paired fixed time only where lanes are split."""
+    gpu = hwmodels.load(gpu_name)
+    for shape in ((1, 65536, 64), (2, 16384, 128), (2, 4096, 512), (16, 4096, 64), (8, 4096, 128)):
+        assert plan(ScanProblem.for_shape("linear", *shape, "float32", "forward"), gpu).held > 0, shape
+    for shape in ((8, 1024, 512), (16, 1024, 256)):
+        assert plan(ScanProblem.for_shape("linear", *shape, "float32", "forward"), gpu).carry == "resident", shape
