@@ -713,14 +713,14 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         for (int base = seg - 1; any_open && base >= singles_end; base -= SCAN_THREADS_T)
             any_open = look_back_round(base - ty >= singles_end ? word0 + (long long)(base - ty) * SCAN_TILE : -1);
         const long long group0 = ((long long)lanes * segments + (long long)lane * groups) * SCAN_TILE;
+        const long long group_words = group0 + (long long)group * SCAN_TILE;  // this segment's group's words
         if (group_last) {  // the group's map: this segment's after the group's earlier ones
 #pragma unroll
             for (int k = 0; k < SCAN_OWNED; ++k) {
                 int c;
                 if (owned(k, c)) {
-                    const long long at = group0 + (long long)group * SCAN_TILE + c;
-                    publish(seg_a + at, la[k] == 0.0f ? 0.0f : acc_a[k] * la[k], map_tag);
-                    publish(seg_b + at, apply_map(acc_a[k], lb[k], acc_b[k]), map_tag);
+                    publish(seg_a + group_words + c, la[k] == 0.0f ? 0.0f : acc_a[k] * la[k], map_tag);
+                    publish(seg_b + group_words + c, apply_map(acc_a[k], lb[k], acc_b[k]), map_tag);
                 }
             }
         }
@@ -735,7 +735,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
                 if (!SCAN_DETERMINISTIC || seg == 0) publish(seg_b + mine + c, final_state, final_tag);
                 // the state at the group's end, which ends a look-back at the group as the segment's own word does
                 if (!SCAN_DETERMINISTIC && group_last)
-                    publish(seg_b + group0 + (long long)group * SCAN_TILE + c, final_state, final_tag);
+                    publish(seg_b + group_words + c, final_state, final_tag);
             }
         }
         // pass B

@@ -41,8 +41,11 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
             assert grid == (lanes * segments,) and block == (plan.threads_d, plan.threads_t)
             assert args[-6:-1] == (T, D, plan.d_tiles(D), lanes, segments) and kw["shared_mem"] == plan.stage_bytes
             assert (args[10] is None) == (segments == 1), "workspace words exactly where lanes are split"
-            assert kw["programmatic"] == (direction == "backward"), "backwards begin as the previous kernel ends"
+            assert kw["programmatic"] == (direction == "backward" or plan.held > 0), \
+                "backwards and forwards holding steps begin as the previous kernel ends"
     assert len(function._launches) == 2 * (len(shapes) - 1)
+    held = [c for c in calls if c[0].held]
+    assert held and all(c[4]["programmatic"] for c in held), "the thin fp32 forward alone holds steps"
     x = torch.rand(1, 65536, 64)
     function.run_scan("linear", "forward", (x, torch.randn_like(x)), None, paired=True)
     assert calls[-1][0].problem.paired and calls[-1][4]["programmatic"], "so do forwards that a backward follows"
