@@ -73,6 +73,7 @@ NO_SCAN = [("        float fa[SCAN_VEC], fb[SCAN_VEC];\n", "        if (T > 0) r
 """Wrong results, a timing probe: the staged chunks are neither folded nor rescanned (phase 2 and the look-back's
 composition still run)."""
 
+
 def _l2_prefetch(size: int) -> list[tuple[str, str]]:
     """Staging copies that ask L2 to fetch the whole `size`-byte block around each 16-byte copy (cp.async's
     .L2::<size>B prefetch size; other accesses as they are)."""
@@ -185,7 +186,8 @@ def main() -> None:
                "(wrong results): chunks neither folded nor rescanned; stcs: outputs stored evict-first (__stcs), of "
                "the backward, the forward or all; deterministic: the plan compiled for torch's deterministic mode "
                "(only segment 0 publishes its final state); ungrouped: look-backs without groups' maps; "
-               "groupmaps: groups' words hold their maps only, not their final states; "
+               "groupmaps: groups' words hold their maps only, not their final states; l2pfN: staging copies "
+               "asking L2 for the N-byte block around them (cp.async .L2::NB); "
                "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
                "solver's best plan holding no steps. decays: "
