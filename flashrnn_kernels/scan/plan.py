@@ -591,6 +591,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     m.add(vec == widest_vec(problem), name="widest_access_dividing_hidden_dim")
     m.add(tile <= dim, name="tile_within_hidden_dim")
     min_tile = min(work.min_row_bytes // esize, 1 << (dim.bit_length() - 1))
+    narrowest_lanes = B * -(-dim // min_tile)  # lanes of the narrowest tiles
     m.add(tile >= min_tile, name="row_spans_min_row_bytes")
     m.add(d_tiles * tile >= dim, name="tiles_cover_hidden_dim")
     m.add((d_tiles - 1) * tile < dim, name="no_empty_tile")
@@ -654,7 +655,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     m.add(m.any_of([resident == 0, segments == chunks, (segments + 1) * lanes > slots]),
           name="segments_as_many_as_fit")
     m.add(m.any_of([chained == 0, segments == chunks]), name="chained_segment_per_chunk")
-    if B * -(-dim // min_tile) >= gpu.sm_count:  # the narrowest tiles give every SM a lane
+    if narrowest_lanes >= gpu.sm_count:  # the narrowest tiles give every SM a lane
         m.add(chained == 0, name="chained_only_when_lanes_leave_sms_idle")
     m.add(segments <= chunks, name="segments_within_chunks")
     blocks = lanes * segments
@@ -705,7 +706,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
                   else work.chained_ns)
     # a held launch (one wave) pays a paired forward's fixed time alone too, against resident segments that split lanes
     # (the narrowest tiles leave at least two SMs per lane; results/scan_held_alone_ab_h100.md)
-    held_saving = max(0, chained_ns - work.chained_ns_paired) if 2 * B * -(-dim // min_tile) <= gpu.sm_count else 0
+    held_saving = max(0, chained_ns - work.chained_ns_paired) if 2 * narrowest_lanes <= gpu.sm_count else 0
     sparse = 0
     if in_l2_forward and work.chained_sparse_ns:
         sparse = work.chained_sparse_ns * (

@@ -44,8 +44,7 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
             assert kw["programmatic"] == (direction == "backward" or plan.held > 0), \
                 "backwards and forwards holding steps begin as the previous kernel ends"
     assert len(function._launches) == 2 * (len(shapes) - 1)
-    held = [c for c in calls if c[0].held]
-    assert held and all(c[4]["programmatic"] for c in held), "the thin fp32 forward alone holds steps"
+    assert any(c[0].held for c in calls), "the thin fp32 forward alone holds steps"
     x = torch.rand(1, 65536, 64)
     function.run_scan("linear", "forward", (x, torch.randn_like(x)), None, paired=True)
     assert calls[-1][0].problem.paired and calls[-1][4]["programmatic"], "so do forwards that a backward follows"
