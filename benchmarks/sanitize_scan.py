@@ -6,11 +6,12 @@ resident segments and chained one-chunk segments, both with the look-back; resid
 chained forward holding steps in registers, and the split-lane plans of torch's deterministic mode, see `plans`;
 --only LABEL keeps the pairs whose label contains LABEL; --length T another length, e.g. 5000 for lanes of more
 segments than a group of deterministic look-backs holds), and its backward once more asked for the last
-input's gradient alone (`grad<i>*`). With --graphs, the split-lane pairs instead, captured into a CUDA graph and
-replayed with the epochs that the launches make on the device cycling (the look-back words of a spare,
-`function.GraphWorkspaces`); capture needs torch's caching allocator, so run that without
-PYTORCH_NO_CUDA_MEMORY_CACHING. Exits 1 if any output or gradient is not finite or is far from the float64 reference
-loop; run it as
+input's gradient alone (`grad<i>*`); every backward launches with its inputs settled (run_scan's `settled`, as
+autograd launches it: it stages them before it waits for the forward). With --graphs, the split-lane pairs
+instead, captured into a CUDA graph and replayed with the epochs that the launches make on the device cycling (the
+look-back words of a spare, `function.GraphWorkspaces`); capture needs torch's caching allocator, so run that
+without PYTORCH_NO_CUDA_MEMORY_CACHING. Exits 1 if any output or gradient is not finite or is far from the float64
+reference loop; run it as
 ``compute-sanitizer --tool racecheck python3 benchmarks/sanitize_scan.py``.
 """
 
@@ -57,7 +58,7 @@ def run_pair(name: str, inputs: tuple, h0: torch.Tensor, dy: torch.Tensor, fwd, 
     that the epochs cycle back to the first between the other two."""
     def pair():
         (h,) = run_scan(name, "forward", inputs, h0, kernel_plan=fwd)
-        return [h, *run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd)]
+        return [h, *run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd, settled=True)]
 
     if not graph:
         return pair()
@@ -106,7 +107,8 @@ def main() -> int:
                 checks = [("h", h, ref_h), *((f"grad{i}", g, r) for i, (g, r) in enumerate(zip(grads, ref_grads)))]
                 if not graphs:  # the last input's gradient alone: no h_{t-1} read, no other gradient written
                     needs = (False,) * (n - 1) + (True, False)
-                    alone = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd, needs=needs)[n - 1]
+                    alone = run_scan(name, "backward", inputs, h0, dy=dy, h=h, kernel_plan=bwd, needs=needs,
+                                     settled=True)[n - 1]
                     checks.append((f"grad{n - 1}*", alone, ref_grads[n - 1]))
                 for label, got, want in checks:
                     err = common.relative_error(got.cpu(), want)

@@ -2,7 +2,8 @@
 (common.probe_source) for every plan it runs; "deterministic" runs the plans of torch's deterministic mode;
 "deterministic+PROBE" those built as PROBE; "held<S>x<H>@<N>" runs chained forwards of S steps per thread, the
 first H of them held in registers (ScanPlan.held), N blocks per SM; "unheld" runs the solver's best plans holding no
-steps where its plan holds some.
+steps where its plan holds some; "settled" runs the shipped plans with the backward's inputs settled (run_scan's
+`settled`, as autograd launches it; every other variant's backward waits for the forward before it stages them).
 
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
@@ -108,6 +109,8 @@ def _variant(p, v: str):
         return p.deterministic_variant()
     if v.startswith("deterministic+"):
         return common.probe_plan(p.deterministic_variant(), PROBES[v.partition("+")[2]])
+    if v == "settled":  # the same plans, launched differently (main)
+        return p
     if v == "unheld":
         return carry_plan(p.problem, device_gpu(torch.cuda.current_device()), p.carry, held=0) if p.held else p
     if held := HELD.fullmatch(v):
@@ -150,7 +153,8 @@ def main() -> None:
         errors = {}
         for v, (pf, pb, pa) in plans.items():
             (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pf)
-            da, db = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb)[:2]
+            da, db = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb,
+                              settled=v == "settled")[:2]
             (h_alone,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pa)
             errors[v] = max(common.relative_error(x, y) for x, y in zip((h, da, db, h_alone), (*expected, expected[0])))
         times: dict = {}
@@ -158,9 +162,9 @@ def main() -> None:
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 pf, pb, pa = plans[v]
 
-                def pair(pf=pf, pb=pb):
+                def pair(pf=pf, pb=pb, settled=v == "settled"):
                     (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pf)
-                    return run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb)
+                    return run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb, settled=settled)
 
                 def forward(pa=pa):
                     return run_scan("linear", "forward", (a, b), None, kernel_plan=pa)
@@ -190,7 +194,8 @@ def main() -> None:
                "asking L2 for the N-byte block around them (cp.async .L2::NB); "
                "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
-               "solver's best plan holding no steps. decays: "
+               "solver's best plan holding no steps; settled: the backward stages a before it waits for the forward. "
+               "decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))
 

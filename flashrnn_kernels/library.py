@@ -369,11 +369,14 @@ def scan_backward(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor
 
 @scan_backward.register_kernel("cuda")
 def _scan_backward_cuda(cell: str, inputs: list[Tensor], h0: Tensor | None, dh: Tensor, h: Tensor,
-                        needs: list[bool]) -> list[Tensor]:
+                        needs: list[bool], settled: bool = False) -> list[Tensor]:
+    """`settled`: `inputs` are autograd's saved tensors of an eager forward (run_scan); never so through the op,
+    whose inputs a compiled graph may compute in the kernel just before."""
     _check_scan_cell(cell)
     h0 = h0 if h0 is None else h0.contiguous()
-    *grads, grad_h0 = run_scan(cell, "backward", _dense(*inputs), h0, dh.contiguous(), h.contiguous(),
-                               needs=tuple(needs))
+    dense = _dense(*inputs)
+    *grads, grad_h0 = run_scan(cell, "backward", dense, h0, dh.contiguous(), h.contiguous(), needs=tuple(needs),
+                               settled=settled and all(d is t for d, t in zip(dense, inputs)))
     return _wanted([*grads, None if grad_h0 is None else grad_h0.to(h0.dtype)], needs)
 
 
@@ -417,8 +420,11 @@ class _EagerScan(torch.autograd.Function):
         h, h0, *tensors = ctx.saved_tensors
         _, _, h0_needs, *inputs_need = ctx.needs_input_grad  # (cell, paired, h0, *inputs)
         needs = (*inputs_need, h0_needs)
-        backward = scan_backward if torch.is_grad_enabled() else _scan_backward_cuda  # see _first_order_only
-        inputs, grad_h0 = _spread(backward(ctx.cell, tensors, h0, dh, h, list(needs)), needs, h0 is not None)
+        if torch.is_grad_enabled():  # see _first_order_only
+            grads = scan_backward(ctx.cell, tensors, h0, dh, h, list(needs))
+        else:
+            grads = _scan_backward_cuda(ctx.cell, tensors, h0, dh, h, list(needs), settled=True)
+        inputs, grad_h0 = _spread(grads, needs, h0 is not None)
         return None, None, grad_h0, *inputs
 
 

@@ -263,7 +263,7 @@ def _aligned(t: torch.Tensor, access_bytes: int) -> torch.Tensor:
 def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: torch.Tensor | None,
              dy: torch.Tensor | None = None, h: torch.Tensor | None = None,
              kernel_plan: ScanPlan | None = None, needs: tuple[bool, ...] | None = None,
-             paired: bool = False) -> tuple[torch.Tensor, ...]:
+             paired: bool = False, settled: bool = False) -> tuple[torch.Tensor, ...]:
     """One launch. Forward returns (h,); backward returns (grad of each input..., grad_h0 in fp32 or None).
 
     `needs` (backward): which of the inputs, then h0, want a gradient (None: all); the others get None, and the kernel
@@ -271,7 +271,9 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     gradient needs it (linear_scan with a fixed `a` reads dy and a and writes db alone). `kernel_plan` replaces the
     solver's plan (benchmarks compare the model's choice with alternatives; a backward's is taken for `needs`).
     `paired` (forward): a backward of this call follows, so the forward takes the plan made for that context
-    (ScanProblem.paired)."""
+    (ScanProblem.paired). `settled` (backward): no kernel has written `inputs` since the forward read them (autograd's
+    saved tensors), so the kernel stages them before the previous kernel on the stream ends (scan.cu's `early`);
+    inputs copied here for alignment are not settled."""
     x = inputs[0]
     B, T, D = x.shape
     backward = direction == "backward"
@@ -288,7 +290,8 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
     run = (_launch_of(kernel_plan, B, T, D, x.element_size(), x.device.index) if kernel_plan is not None
            else _device_launch(cell, direction, x, wanted, paired))
     access = run.access
-    inputs = tuple(_aligned(t, access) for t in inputs)
+    given, inputs = inputs, tuple(_aligned(t, access) for t in inputs)
+    settled = backward and settled and all(a is b for a, b in zip(inputs, given))
     if h0 is not None:
         h0 = _aligned(h0, access)
     stream = current_stream_handle(x.device.index)
@@ -303,7 +306,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         dy, h = _aligned(dy, access), _aligned(h, access)
     launch(run.kernel, run.grid, run.block,
            (x1, x2, x3, h0, dy, h, y[0], y[1], y[2], grad_h0, *maps, counters, T, D, run.d_tiles, run.lanes,
-            run.segments, epoch),
+            run.segments, epoch, int(settled)),
            shared_mem=run.shared_mem, device=x.device.index, stream=stream,
            programmatic=run.programmatic)
     return (*outs, grad_h0) if backward else outs

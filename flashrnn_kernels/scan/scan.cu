@@ -234,14 +234,20 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     const elem_t* __restrict__ h0, const elem_t* __restrict__ dy, const elem_t* __restrict__ h,
     elem_t* __restrict__ y1, elem_t* __restrict__ y2, elem_t* __restrict__ y3, float* __restrict__ grad_h0,
     word_t* __restrict__ seg_a, word_t* __restrict__ seg_b, unsigned long long* __restrict__ counters, int T, int D,
-    int d_tiles, int lanes, int segments, int epoch) {
-#if __CUDA_ARCH__ >= 900
+    int d_tiles, int lanes, int segments, int epoch, int settled) {
     // A programmatic dependent launch (function.py's of backwards and paired forwards, on sm_90 and newer) may start
-    // while the previous kernel on the stream ends: every block waits for it before it touches memory, then lets the
-    // next launch start its blocks, which wait the same way (in a plain launch both return at once).
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    // while the previous kernel on the stream ends: every block waits for it before it touches what that kernel may
+    // write, then lets the next launch start its blocks, which wait the same way (in a plain launch both return at
+    // once). A backward whose cell inputs are `settled` (saved by the forward, written by no kernel since) stages them
+    // before the wait, while the previous kernel ends; everything else waits.
+    const bool early = SCAN_REVERSE && settled != 0;
+    auto await_previous = [] {
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+    };
+    if (!early) await_previous();
     // The staged chunks start on a 128-byte boundary (plan.STAGE_ALIGN) whatever the size of the static rows below:
     // 16 bytes off it, the whole-lane linear scan at [8, 4096, 1536] took 23% (fp32) and 18% (bf16) longer on the H200.
     extern __shared__ __align__(128) unsigned char s_raw[];
@@ -534,20 +540,33 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
     };
 
     // Stage the first SCAN_STAGES - 1 chunks of [first, end) (`all`: see stage_chunk); then walk them with `body`,
-    // staging ahead.
+    // staging ahead. An early backward first stages the cell inputs of the first SCAN_STAGES chunks (the last of them
+    // is the first walk's first `advance`), then waits for the previous kernel and stages the rest of them.
+    bool inputs_staged = early;  // until that first advance: the chunk it stages has its inputs staged
+    auto stage_part = [&](int buf, const ChunkAt& at, bool all) {
+        if (inputs_staged) stage_chunk<StagePart::rest>(stage, buf, at, T, D, x1, x2, x3, dy, h, all, held);
+        else stage_chunk<StagePart::all>(stage, buf, at, T, D, x1, x2, x3, dy, h, all, held);
+    };
     auto prologue = [&](bool all) {
+        if (early) {
+#pragma unroll
+            for (int c = 0; c < SCAN_STAGES; ++c)
+                if (first + c < end)
+                    stage_chunk<StagePart::inputs>(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3,
+                                                   dy, h, all, held);
+            await_previous();  // the inputs' copies join the first chunk's group: it waits for more, never less
+        }
 #pragma unroll
         for (int c = 0; c < SCAN_STAGES - 1; ++c) {
-            if (first + c < end)
-                stage_chunk(stage, c, ChunkAt(first + c, lane, d_tiles, T, D), T, D, x1, x2, x3, dy, h, all, held);
+            if (first + c < end) stage_part(c, ChunkAt(first + c, lane, d_tiles, T, D), all);
             cp_async_commit();
         }
     };
     // Chunk c's turn of a walk: stage chunk c + SCAN_STAGES - 1 ahead, wait for chunk c; its buffer.
     auto advance = [&](int c, bool all) {
         const int ahead = c + SCAN_STAGES - 1;
-        if (ahead < end) stage_chunk(stage, (ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), T, D,
-                                     x1, x2, x3, dy, h, all, held);
+        if (ahead < end) stage_part((ahead - first) % SCAN_STAGES, ChunkAt(ahead, lane, d_tiles, T, D), all);
+        inputs_staged = false;  // a later walk (pass B of a segment staged again) stages everything
         cp_async_commit();
         cp_async_wait_group<SCAN_STAGES - 1>();  // this thread's copies of chunk c have landed
         return (c - first) % SCAN_STAGES;

@@ -47,11 +47,16 @@ struct ChunkAt {
     __device__ __forceinline__ bool complete(int T) const { return active && s0 + SCAN_STEPS <= T; }
 };
 
+// Which of a reverse chunk's copies stage_chunk issues: all, the cell inputs alone (x1, x2, x3) or the rest (dL/dh,
+// h), so that a backward may stage its inputs before the previous kernel ends (scan.cu's `early`).
+enum class StagePart { all, inputs, rest };
+
 // Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step (the
 // first SCAN_HELD steps' loads into `held`);
 // reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1), and with `all` what
 // the gradients need besides (SCAN_STAGED; h_{t-1} where SCAN_READS_H; without `all`, the maps alone: pass A of a
-// segment staged again for pass B).
+// segment staged again for pass B); of those, the ones that PART names.
+template <StagePart PART>
 __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
                                             const elem_t* x1, const elem_t* x2, const elem_t* x3,
                                             const elem_t* dy, const elem_t* h, bool all, Held& held) {
@@ -62,18 +67,21 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
         if (s >= T) break;
         const long long off = at.base + (long long)i * at.step;
 #if SCAN_REVERSE
-        stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), dy + off);
-        if (s > 0) {
+        constexpr bool inputs = PART != StagePart::rest, rest = PART != StagePart::inputs;
+        if (rest) stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), dy + off);
+        if (inputs && s > 0) {
             stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off + D);
 #if SCAN_CELL == 2
             stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x2 + off + D);
 #endif
         }
         if (all) {
-            if (SCAN_READS_H && s < T - 1)
+            if (rest && SCAN_READS_H && s < T - 1)
                 stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
 #if SCAN_CELL != 0
-            stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y), (SCAN_CELL == 1 ? x2 : x3) + off);
+            if (inputs)
+                stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y),
+                           (SCAN_CELL == 1 ? x2 : x3) + off);
 #endif
         }
 #else

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hwmodels
 import torch
 
+from flashrnn_kernels import library
 from flashrnn_kernels.scan import function
 from tests.flashrnn_kernels.gpu_cases import deterministic_algorithms
 
@@ -39,7 +40,7 @@ def test_each_shape_launches_its_plans_sizes(monkeypatch):
             lanes = B * plan.d_tiles(D)
             segments = plan.segments(lanes, plan.chunks(T))
             assert grid == (lanes * segments,) and block == (plan.threads_d, plan.threads_t)
-            assert args[-6:-1] == (T, D, plan.d_tiles(D), lanes, segments) and kw["shared_mem"] == plan.stage_bytes
+            assert args[-7:-2] == (T, D, plan.d_tiles(D), lanes, segments) and kw["shared_mem"] == plan.stage_bytes
             assert (args[10] is None) == (segments == 1), "workspace words exactly where lanes are split"
             assert kw["programmatic"] == (direction == "backward" or plan.held > 0), \
                 "backwards and forwards holding steps begin as the previous kernel ends"
@@ -69,3 +70,30 @@ def test_deterministic_mode_launches_its_plans(monkeypatch):
         assert (deterministic[0] is default[0]) == (not split)
         assert deterministic[1:3] == default[1:3] and deterministic[4] == default[4]
     assert len(function._launches) == 4
+
+
+def test_only_autograd_backwards_stage_settled_inputs(monkeypatch):
+    """The kernel's last argument, `settled` (it stages the cell inputs before the previous kernel ends), is 1 only
+    for a backward that autograd launches on the tensors the forward saved: not through the op (a compiled graph may
+    compute its inputs just before), not for inputs copied on the way, never for a forward."""
+    calls = _record_launches(monkeypatch)
+    shape = (1, 65536, 64)
+    a, b = torch.rand(*shape, requires_grad=True), torch.randn(*shape, requires_grad=True)
+    h = library._EagerScan.apply("linear", True, None, a, b)
+    assert calls[-1][0].problem.direction == "forward" and calls[-1][3][-1] == 0
+    h.backward(torch.randn(*shape))
+    assert calls[-1][0].problem.direction == "backward" and calls[-1][3][-1] == 1
+    dy = torch.randn(*shape)
+    inputs = [a.detach(), b.detach()]
+    library._scan_backward_cuda("linear", inputs, None, dy, h.detach(), [True, True, False])
+    assert calls[-1][3][-1] == 0, "the op's kernel: inputs not known to be settled"
+    strided = [torch.rand(1, 64, 65536).transpose(1, 2), inputs[1]]
+    library._scan_backward_cuda("linear", strided, None, dy, h.detach(), [True, True, False], settled=True)
+    assert calls[-1][3][-1] == 0, "a non-contiguous input is copied just before the launch"
+    offset = torch.rand(a.numel() + 1)[1:].view(shape)  # 4 bytes past an aligned address: cloned for the access
+    function.run_scan("linear", "backward", (offset, inputs[1]), None, dy=dy, h=h.detach(), settled=True)
+    assert calls[-1][3][-1] == 0, "an input cloned for alignment just before the launch"
+    function.run_scan("linear", "backward", tuple(inputs), None, dy=dy, h=h.detach(), settled=True)
+    assert calls[-1][3][-1] == 1
+    function.run_scan("linear", "forward", tuple(inputs), None, settled=True)
+    assert calls[-1][3][-1] == 0, "a forward's inputs may come from the kernel just before it"
