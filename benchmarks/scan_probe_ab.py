@@ -3,7 +3,8 @@
 "deterministic+PROBE" those built as PROBE; "held<S>x<H>@<N>" runs chained forwards of S steps per thread, the
 first H of them held in registers (ScanPlan.held), N blocks per SM; "unheld" runs the solver's best plans holding no
 steps where its plan holds some; "settled" runs the shipped plans with the backward's inputs settled (run_scan's
-`settled`, as autograd launches it; every other variant's backward waits for the forward before it stages them).
+`settled`, as autograd launches it; every other variant's backward waits for the forward before it stages them), and
+"settled+PROBE" those built as PROBE so.
 
 Each variant of the solver's plans runs a linear_scan forward + backward pair (the paired forward's plan, then the
 backward's) and the forward alone, as device time per call in CUDA graphs (common.time_graph), the variants taking
@@ -87,11 +88,42 @@ def _l2_prefetch(size: int) -> list[tuple[str, str]]:
 """)]
 
 
+L2_KEEP = [('#include "runtime/relaxed_words.cuh"', """__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+    unsigned long long p;
+    if (keep) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    else asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+"""), ('#include "scan/staging.cuh"', "#define stage_chunk stage_chunk_shipped\n"), ("// x1, x2, x3: cell inputs [B, T, D]", """#undef stage_chunk
+template <StagePart PART>
+__device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
+                                            const elem_t* x1, const elem_t* x2, const elem_t* x3,
+                                            const elem_t* dy, const elem_t* h, bool all, Held& held) {
+    for_chunk_inputs<PART>(at, T, D, x1, x2, x3, dy, h, all, [&](int k, int i, const elem_t* src) {
+        if (!SCAN_REVERSE && i < SCAN_HELD) held.v[i][k] = load_pack(src);
+        else if constexpr (SCAN_ACCESS != 16) stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src);
+        else asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\\n"
+                          ::"r"(smem_addr(staged(stage, buf, k, i, threadIdx.x, threadIdx.y))), "l"(src),
+                          "l"(l2_policy(!SCAN_REVERSE && k == 0)));
+    });
+}
+
+"""), ("    *reinterpret_cast<pack_t*>(p) = out;\n}", """    if constexpr (sizeof(pack_t) == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(&out);
+        asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(v.x), "r"(v.y),
+                     "r"(v.z), "r"(v.w), "l"(l2_policy(!SCAN_REVERSE)) : "memory");
+        return;
+    }
+""")]
+"""L2 eviction hints for a forward + backward pair: the forward's staged a and its stores of h evict-last (the backward
+reads both), every other staged input and the backward's stores evict-first (16-byte accesses: fp32, and bf16 / fp16
+plans of 8 channels per thread)."""
+
 PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
           "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
-          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY,
+          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY, "l2keep": L2_KEEP,
           **{f"l2pf{size}": _l2_prefetch(size) for size in (64, 128, 256)}}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
@@ -111,6 +143,8 @@ def _variant(p, v: str):
         return common.probe_plan(p.deterministic_variant(), PROBES[v.partition("+")[2]])
     if v == "settled":  # the same plans, launched differently (main)
         return p
+    if v.startswith("settled+"):
+        return _variant(p, v.partition("+")[2])
     if v == "unheld":
         return carry_plan(p.problem, device_gpu(torch.cuda.current_device()), p.carry, held=0) if p.held else p
     if held := HELD.fullmatch(v):
@@ -118,6 +152,11 @@ def _variant(p, v: str):
             return p
         return p.holding(device_gpu(torch.cuda.current_device()), *(int(g) for g in held.groups()))
     return p if v == "base" else common.probe_plan(p, PROBES[v])
+
+
+def _settled(v: str) -> bool:
+    """Whether variant v's backward launches with its inputs settled ("settled", "settled+PROBE")."""
+    return v == "settled" or v.startswith("settled+")
 
 
 def _reference(a, b, dy):
@@ -154,7 +193,7 @@ def main() -> None:
         for v, (pf, pb, pa) in plans.items():
             (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pf)
             da, db = run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb,
-                              settled=v == "settled")[:2]
+                              settled=_settled(v))[:2]
             (h_alone,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pa)
             errors[v] = max(common.relative_error(x, y) for x, y in zip((h, da, db, h_alone), (*expected, expected[0])))
         times: dict = {}
@@ -162,7 +201,7 @@ def main() -> None:
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 pf, pb, pa = plans[v]
 
-                def pair(pf=pf, pb=pb, settled=v == "settled"):
+                def pair(pf=pf, pb=pb, settled=_settled(v)):
                     (h,) = run_scan("linear", "forward", (a, b), None, kernel_plan=pf)
                     return run_scan("linear", "backward", (a, b), None, dy=dy, h=h, kernel_plan=pb, settled=settled)
 
@@ -194,7 +233,9 @@ def main() -> None:
                "asking L2 for the N-byte block around them (cp.async .L2::NB); "
                "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
-               "solver's best plan holding no steps; settled: the backward stages a before it waits for the forward. "
+               "solver's best plan holding no steps; settled: the backward stages a before it waits for the forward; "
+               "l2keep: the forward's staged a and stored h evict-last in L2, other staged inputs and the backward's stores "
+               "evict-first. "
                "decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))

@@ -51,15 +51,14 @@ struct ChunkAt {
 // h), so that a backward may stage its inputs before the previous kernel ends (scan.cu's `early`).
 enum class StagePart { all, inputs, rest };
 
-// Issue the copies of this thread's inputs of chunk `at` into buffer `buf`: forward x1, x2 (, x3) at each step (the
-// first SCAN_HELD steps' loads into `held`);
-// reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at t = T - 1), and with `all` what
-// the gradients need besides (SCAN_STAGED; h_{t-1} where SCAN_READS_H; without `all`, the maps alone: pass A of a
-// segment staged again for pass B); of those, the ones that PART names.
-template <StagePart PART>
-__device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
-                                            const elem_t* x1, const elem_t* x2, const elem_t* x3,
-                                            const elem_t* dy, const elem_t* h, bool all, Held& held) {
+// f(k, i, src) for each input of this thread's part of chunk `at`, in the order stage_chunk issues them: slot k of
+// the stage (staged(); a chained forward's held step i < SCAN_HELD: held.v[i][k]), step i, source address. Forward
+// x1, x2 (, x3) at each step; reverse dL/dh at each step and the next step's x1 (, x2) for a_{t+1} (absent at
+// t = T - 1), and with `all` what the gradients need besides (SCAN_STAGED; h_{t-1} where SCAN_READS_H; without `all`,
+// the maps alone: pass A of a segment staged again for pass B); of those, the ones that PART names.
+template <StagePart PART, typename F>
+__device__ __forceinline__ void for_chunk_inputs(const ChunkAt& at, int T, int D, const elem_t* x1, const elem_t* x2,
+                                                 const elem_t* x3, const elem_t* dy, const elem_t* h, bool all, F&& f) {
     if (!at.active) return;
 #pragma unroll
     for (int i = 0; i < SCAN_STEPS; ++i) {
@@ -68,34 +67,37 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
         const long long off = at.base + (long long)i * at.step;
 #if SCAN_REVERSE
         constexpr bool inputs = PART != StagePart::rest, rest = PART != StagePart::inputs;
-        if (rest) stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), dy + off);
+        if (rest) f(1, i, dy + off);
         if (inputs && s > 0) {
-            stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off + D);
+            f(0, i, x1 + off + D);
 #if SCAN_CELL == 2
-            stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x2 + off + D);
+            f(2, i, x2 + off + D);
 #endif
         }
         if (all) {
-            if (rest && SCAN_READS_H && s < T - 1)
-                stage_copy(staged(stage, buf, SCAN_SLOT_H, i, threadIdx.x, threadIdx.y), h + off - D);
+            if (rest && SCAN_READS_H && s < T - 1) f(SCAN_SLOT_H, i, h + off - D);
 #if SCAN_CELL != 0
-            if (inputs)
-                stage_copy(staged(stage, buf, SCAN_SLOT_X, i, threadIdx.x, threadIdx.y),
-                           (SCAN_CELL == 1 ? x2 : x3) + off);
+            if (inputs) f(SCAN_SLOT_X, i, (SCAN_CELL == 1 ? x2 : x3) + off);
 #endif
         }
 #else
-        if (i < SCAN_HELD) {
-            held.v[i][0] = load_pack(x1 + off);
-            held.v[i][1] = load_pack(x2 + off);
-            if constexpr (SCAN_CELL == 2) held.v[i][SCAN_INPUTS - 1] = load_pack(x3 + off);
-            continue;
-        }
-        stage_copy(staged(stage, buf, 0, i, threadIdx.x, threadIdx.y), x1 + off);
-        stage_copy(staged(stage, buf, 1, i, threadIdx.x, threadIdx.y), x2 + off);
+        f(0, i, x1 + off);
+        f(1, i, x2 + off);
 #if SCAN_CELL == 2
-        stage_copy(staged(stage, buf, 2, i, threadIdx.x, threadIdx.y), x3 + off);
+        f(2, i, x3 + off);
 #endif
 #endif
     }
+}
+
+// Issue the copies of this thread's inputs of chunk `at` into buffer `buf` (for_chunk_inputs' inputs; the first
+// SCAN_HELD steps' loads into `held`).
+template <StagePart PART>
+__device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
+                                            const elem_t* x1, const elem_t* x2, const elem_t* x3,
+                                            const elem_t* dy, const elem_t* h, bool all, Held& held) {
+    for_chunk_inputs<PART>(at, T, D, x1, x2, x3, dy, h, all, [&](int k, int i, const elem_t* src) {
+        if (!SCAN_REVERSE && i < SCAN_HELD) held.v[i][k] = load_pack(src);
+        else stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src);
+    });
 }
