@@ -88,20 +88,30 @@ def _l2_prefetch(size: int) -> list[tuple[str, str]]:
 """)]
 
 
-L2_KEEP = [('#include "runtime/relaxed_words.cuh"', """__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+def _l2_hints(keep: bool) -> list[tuple[str, str]]:
+    """L2 eviction hints for a forward + backward pair: every staged input but the forward's a, and the backward's
+    stores, evict-first (their last use in the pair); the forward's a and its stores of h (which the backward reads)
+    evict-last where `keep`, else without a hint. 16-byte accesses only (fp32, and bf16 / fp16 plans of 8 channels per
+    thread)."""
+    kept = "evict_last" if keep else "evict_normal"
+    policy = """__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
     unsigned long long p;
-    if (keep) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-    else asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    if (keep) asm volatile("createpolicy.fractional.L2::%s.b64 %%0, 1.0;" : "=l"(p));
+    else asm volatile("createpolicy.fractional.L2::evict_first.b64 %%0, 1.0;" : "=l"(p));
     return p;
 }
-"""), ('#include "scan/staging.cuh"', "#define stage_chunk stage_chunk_shipped\n"), ("// x1, x2, x3: cell inputs [B, T, D]", """#undef stage_chunk
+""" % kept
+    return [('#include "runtime/relaxed_words.cuh"', policy),
+            ('#include "scan/staging.cuh"', "#define stage_chunk stage_chunk_shipped\n"),
+            ("// x1, x2, x3", """#undef stage_chunk
 template <StagePart PART>
 __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
                                             const elem_t* x1, const elem_t* x2, const elem_t* x3,
                                             const elem_t* dy, const elem_t* h, bool all, Held& held) {
     for_chunk_inputs<PART>(at, T, D, x1, x2, x3, dy, h, all, [&](int k, int i, const elem_t* src) {
         if (!SCAN_REVERSE && i < SCAN_HELD) held.v[i][k] = load_pack(src);
-        else if constexpr (SCAN_ACCESS != 16) stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src);
+        else if constexpr (SCAN_ACCESS != 16)
+            stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src, false, 0);
         else asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\\n"
                           ::"r"(smem_addr(staged(stage, buf, k, i, threadIdx.x, threadIdx.y))), "l"(src),
                           "l"(l2_policy(!SCAN_REVERSE && k == 0)));
@@ -115,15 +125,18 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
         return;
     }
 """)]
-"""L2 eviction hints for a forward + backward pair: the forward's staged a and its stores of h evict-last (the backward
-reads both), every other staged input and the backward's stores evict-first (16-byte accesses: fp32, and bf16 / fp16
-plans of 8 channels per thread)."""
+
+
+NO_HINTS = [("    return SCAN_SPLIT != 0 && (SCAN_REVERSE || (SCAN_PAIRED && SCAN_CELL == 0 && k == 1));",
+             "    return false;  // probe\n")]
+"""No staged input is marked evict-first in L2 (scan.cu's last_use)."""
 
 PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)}, "nostore": NO_STORES,
           "nolookback": NO_LOOKBACK, "nostore_nolookback": NO_STORES + NO_LOOKBACK,
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
           "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
-          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY, "l2keep": L2_KEEP,
+          "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY, "nohints": NO_HINTS,
+          "l2keep": _l2_hints(True), "l2first": _l2_hints(False),
           **{f"l2pf{size}": _l2_prefetch(size) for size in (64, 128, 256)}}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
@@ -234,8 +247,8 @@ def main() -> None:
                "heldSxH@N: chained forwards of S steps per thread, the "
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
                "solver's best plan holding no steps; settled: the backward stages a before it waits for the forward; "
-               "l2keep: the forward's staged a and stored h evict-last in L2, other staged inputs and the backward's stores "
-               "evict-first. "
+               "l2keep: the forward's staged a and stored h evict-last in L2, other staged inputs and the backward's "
+               "stores evict-first; l2first: the same without evict-last (a and h with the normal priority). "
                "decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))

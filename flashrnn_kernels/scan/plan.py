@@ -490,6 +490,7 @@ class ScanPlan:
             "SCAN_HELD": self.held,
             "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: segment 0 alone publishes a state
             "SCAN_GROUP": self.group,
+            "SCAN_PAIRED": int(self.problem.paired),  # a backward follows: the inputs it does not read evict first
         }
 
     def source(self) -> str:

@@ -1,6 +1,6 @@
 // How a thread stages its part of a chunk (scan.cu): the inputs of its steps copied into shared memory with
 // cp.async, those of a chained forward's first SCAN_HELD steps loaded into registers. Included by scan.cu after
-// its plan's defines and types.
+// its plan's defines and types, and last_use(k): whether the input of stage slot k is read for the last time.
 #pragma once
 
 // The inputs of a thread's first SCAN_HELD steps of its chunk, loaded into registers instead of the stage.
@@ -16,11 +16,14 @@ __device__ __forceinline__ elem_t* staged(elem_t* stage, int buf, int k, int i, 
            tx * SCAN_VEC;
 }
 
-__device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src) {
+// A copy of one thread's access into the stage; where `hinted`, its lines take the L2 eviction `policy`.
+__device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src, bool hinted, unsigned long long policy) {
     if constexpr (SCAN_ACCESS == 16) {
-        cp_async16(dst, src, true);
+        if (hinted) cp_async16_hinted(dst, src, policy);
+        else cp_async16(dst, src, true);
     } else if constexpr (SCAN_ACCESS == 8 || SCAN_ACCESS == 4) {
-        cp_async_small<SCAN_ACCESS>(dst, src);
+        if (hinted) cp_async_small_hinted<SCAN_ACCESS>(dst, src, policy);
+        else cp_async_small<SCAN_ACCESS>(dst, src);
     } else {
         *dst = *src;  // a 2-byte access: a plain copy, visible to this thread when it reads the stage back
     }
@@ -91,13 +94,14 @@ __device__ __forceinline__ void for_chunk_inputs(const ChunkAt& at, int T, int D
 }
 
 // Issue the copies of this thread's inputs of chunk `at` into buffer `buf` (for_chunk_inputs' inputs; the first
-// SCAN_HELD steps' loads into `held`).
+// SCAN_HELD steps' loads into `held`), those read for the last time marked evict-first in L2.
 template <StagePart PART>
 __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
                                             const elem_t* x1, const elem_t* x2, const elem_t* x3,
                                             const elem_t* dy, const elem_t* h, bool all, Held& held) {
+    const unsigned long long evict_first = l2_evict_first();  // for the inputs read for the last time (last_use)
     for_chunk_inputs<PART>(at, T, D, x1, x2, x3, dy, h, all, [&](int k, int i, const elem_t* src) {
         if (!SCAN_REVERSE && i < SCAN_HELD) held.v[i][k] = load_pack(src);
-        else stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src);
+        else stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src, last_use(k), evict_first);
     });
 }

@@ -18,7 +18,7 @@ import pytest
 from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
                                         objective, WORK_MODELS, plan, preferred_steps, register_cap, register_need)
 from flashrnn_kernels.scan.problem import ALL_GRADIENTS, CELLS, DTYPES, ScanProblem, bucket
-from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, requires_nvcc
+from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, compile_ptx, requires_nvcc
 
 GPUS = ("H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "RTX-4090", "V100-SXM2-32GB")
 
@@ -546,3 +546,29 @@ def test_held_forwards_alone_only_against_split_lanes(gpu_name):
         assert plan(ScanProblem.for_shape("linear", *shape, "float32", "forward"), gpu).held > 0, shape
     for shape in ((8, 1024, 512), (16, 1024, 256)):
         assert plan(ScanProblem.for_shape("linear", *shape, "float32", "forward"), gpu).carry == "resident", shape
+
+
+@requires_nvcc
+def test_pairs_of_split_lanes_mark_last_reads_evict_first(tmp_path):
+    """Staged copies marked evict-first in L2 (cp.async ... L2::cache_hint): every one of a split-lane backward, a
+    paired linear forward's copies of b alone (its backward reads a again; minGRU's reads every input again), none of a
+    forward alone or of whole lanes."""
+    gpu = hwmodels.load("H200-SXM-141GB")
+
+    def copies(cell, shape, dtype, direction, paired=False):
+        p = plan(ScanProblem.for_shape(cell, *shape, dtype, direction, paired=paired), gpu)
+        name = f"{cell}_{direction}_{int(paired)}_{shape[-1]}.cu"
+        ptx = compile_ptx(p.source(), tmp_path / name, "sm_90").read_text()
+        hinted = len(re.findall(r"cp\.async\.c[ag]\.shared\.global\.L2::cache_hint", ptx))
+        return p, hinted, len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx))
+
+    thin, wide = (1, 65536, 64), (8, 4096, 1536)
+    p, hinted, total = copies("linear", thin, "float32", "backward")
+    assert p.carry != "whole" and hinted == total > 0
+    p, hinted, total = copies("linear", thin, "float32", "forward", paired=True)
+    assert p.carry != "whole" and 2 * hinted == total > 0, "b's copies, not a's"
+    assert copies("min_gru", thin, "bfloat16", "forward", paired=True)[1] == 0
+    assert copies("linear", thin, "float32", "forward")[1] == 0
+    p, hinted, total = copies("linear", wide, "float32", "backward")
+    assert p.carry == "whole" and hinted == 0 and total > 0
+
