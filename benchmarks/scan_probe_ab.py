@@ -88,33 +88,22 @@ def _l2_prefetch(size: int) -> list[tuple[str, str]]:
 """)]
 
 
-def _l2_hints(keep: bool) -> list[tuple[str, str]]:
-    """L2 eviction hints for a forward + backward pair: every staged input but the forward's a, and the backward's
-    stores, evict-first (their last use in the pair); the forward's a and its stores of h (which the backward reads)
-    evict-last where `keep`, else without a hint. 16-byte accesses only (fp32, and bf16 / fp16 plans of 8 channels per
-    thread)."""
-    kept = "evict_last" if keep else "evict_normal"
-    policy = """__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+L2_KEEP = [('#include "runtime/relaxed_words.cuh"', """__device__ __forceinline__ unsigned long long l2_evict_last() {
     unsigned long long p;
-    if (keep) asm volatile("createpolicy.fractional.L2::%s.b64 %%0, 1.0;" : "=l"(p));
-    else asm volatile("createpolicy.fractional.L2::evict_first.b64 %%0, 1.0;" : "=l"(p));
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
     return p;
 }
-""" % kept
-    return [('#include "runtime/relaxed_words.cuh"', policy),
-            ('#include "scan/staging.cuh"', "#define stage_chunk stage_chunk_shipped\n"),
-            ("// x1, x2, x3", """#undef stage_chunk
+__device__ __forceinline__ unsigned long long l2_policy(bool keep) { return keep ? l2_evict_last() : l2_evict_first(); }
+"""), ('#include "scan/staging.cuh"', "#define stage_chunk stage_chunk_shipped\n"),
+           ("// x1, x2, x3", """#undef stage_chunk
 template <StagePart PART>
 __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkAt& at, int T, int D,
                                             const elem_t* x1, const elem_t* x2, const elem_t* x3,
                                             const elem_t* dy, const elem_t* h, bool all, Held& held) {
     for_chunk_inputs<PART>(at, T, D, x1, x2, x3, dy, h, all, [&](int k, int i, const elem_t* src) {
         if (!SCAN_REVERSE && i < SCAN_HELD) held.v[i][k] = load_pack(src);
-        else if constexpr (SCAN_ACCESS != 16)
-            stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src, false, 0);
-        else asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\\n"
-                          ::"r"(smem_addr(staged(stage, buf, k, i, threadIdx.x, threadIdx.y))), "l"(src),
-                          "l"(l2_policy(!SCAN_REVERSE && k == 0)));
+        else stage_copy(staged(stage, buf, k, i, threadIdx.x, threadIdx.y), src, true,
+                        l2_policy(!SCAN_REVERSE && k == 0));
     });
 }
 
@@ -125,6 +114,9 @@ __device__ __forceinline__ void stage_chunk(elem_t* stage, int buf, const ChunkA
         return;
     }
 """)]
+"""L2 eviction hints for a forward + backward pair (a probe measured against the kernel before scan.cu's last_use): the
+forward's staged a and its stores of h (which the backward reads) evict-last, every other staged input and the
+backward's stores evict-first."""
 
 
 NO_HINTS = [("    return SCAN_SPLIT != 0 && (SCAN_REVERSE || (SCAN_PAIRED && SCAN_CELL == 0 && k == 1));",
@@ -136,7 +128,7 @@ PROBES = {**{f"sleep{ns}": _sleep(ns) for ns in (50, 100, 200, 400, 800, 1600)},
           "stcs_bwd": _evict_first("SCAN_REVERSE"), "stcs_fwd": _evict_first("!SCAN_REVERSE"),
           "stcs_all": _evict_first("true"), "nostore_nolookback_noscan": NO_STORES + NO_LOOKBACK + NO_SCAN,
           "ungrouped": UNGROUPED, "groupmaps": GROUP_MAPS_ONLY, "nohints": NO_HINTS,
-          "l2keep": _l2_hints(True), "l2first": _l2_hints(False),
+          "l2keep": L2_KEEP,
           **{f"l2pf{size}": _l2_prefetch(size) for size in (64, 128, 256)}}
 """variant name -> the (anchor, inserted text) patches of its build."""
 
@@ -248,7 +240,7 @@ def main() -> None:
                "first H loaded into registers instead of the stage (ScanPlan.held), N blocks per SM; unheld: the "
                "solver's best plan holding no steps; settled: the backward stages a before it waits for the forward; "
                "l2keep: the forward's staged a and stored h evict-last in L2, other staged inputs and the backward's "
-               "stores evict-first; l2first: the same without evict-last (a and h with the normal priority). "
+               "stores evict-first. "
                "decays: "
                f"{THIN_DECAYS[args.decays]}. error: largest relative error of h, da, db (and the forward "
                "alone's h) against float64."]))
