@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 
 import torch
@@ -267,11 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return common.worker_loop(args.worker[0], args.worker[1], run_job)
-    cpu = not torch.cuda.is_available()
-    if cpu and not args.quick:
-        print("bench_cells: CUDA is not available (torch.cuda.is_available() is False); the benchmark needs a "
-              "CUDA GPU. Use --quick for a CPU check of the table plumbing.", file=sys.stderr)
-        return 1
+    cpu = common.plumbing_check("bench_cells", args.quick, "the pure-PyTorch reference")
     if args.quick:
         quick = {"--dtypes": ("bf16",), "--seq": 256, "--budget-ms": 300.0, "--shapes": ((64, 12), (768, 1))}
         if cpu:  # tiny sizes: the pure-PyTorch reference stands in for the kernel, nothing here is a measurement
@@ -281,14 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.flashrnn_shapes = () if args.quick or cpu else ((64, 12), (768, 1))
     name = args.name or ("fused_cells_plumbing" if cpu else "fused_cells_quick" if args.quick else "fused_cells")
     if cpu:
-        print("bench_cells: CUDA is not available, so nothing is measured. Checking the table plumbing with the "
-              "pure-PyTorch reference standing in for the fused kernel at tiny sizes.", flush=True)
-        if "BENCH_RESULTS_DIR" not in os.environ:
-            os.environ["BENCH_RESULTS_DIR"] = tempfile.mkdtemp(prefix="bench_cells_plumbing_")
         if "--impls" not in {a.split("=")[0] for a in argv}:
             args.impls = ("ours",)  # cuDNN anchors need CUDA
-    title = "Fused GRU, sLSTM and Elman" + (" — PLUMBING CHECK on CPU, stand-in implementation, not measurements"
-                                            if cpu else "")
+    title = "Fused GRU, sLSTM and Elman" + (common.PLUMBING_TITLE if cpu else "")
     opts = {"budget_ms": args.budget_ms, "stand_in": cpu}
     cases, jobs = plan_jobs(args)
 

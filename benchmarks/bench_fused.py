@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 
 import torch
@@ -286,11 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return common.worker_loop(args.worker[0], args.worker[1], run_job)
-    cpu = not torch.cuda.is_available()
-    if cpu and not args.quick:
-        print("bench_fused: CUDA is not available (torch.cuda.is_available() is False); the benchmark needs a "
-              "CUDA GPU. Use --quick for a CPU check of the table plumbing.", file=sys.stderr)
-        return 1
+    cpu = common.plumbing_check("bench_fused", args.quick, "the pure-PyTorch loop")
     if args.quick:
         _apply_quick(args, argv, cpu)
     if args.flashrnn_shapes is None:
@@ -298,12 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.vanilla_shapes is None:
         args.vanilla_shapes = ((8, 2),) if cpu else ((64, 12),) if args.quick else ((64, 12), (768, 1))
     name = args.name or ("fused_lstm_plumbing" if cpu else "fused_lstm_quick" if args.quick else "fused_lstm")
-    if cpu:
-        print("bench_fused: CUDA is not available, so nothing is measured. Checking the table plumbing with the "
-              "pure-PyTorch loop standing in for the fused kernel at tiny sizes.", flush=True)
-        if "BENCH_RESULTS_DIR" not in os.environ:
-            os.environ["BENCH_RESULTS_DIR"] = tempfile.mkdtemp(prefix="bench_fused_plumbing_")
-    title_extra = " — PLUMBING CHECK on CPU, stand-in implementation, not measurements" if cpu else ""
+    title_extra = common.PLUMBING_TITLE if cpu else ""
     opts = {"budget_ms": args.budget_ms, "stand_in": cpu}
     script = os.path.abspath(__file__)
     markdown, plot_errors = [], []

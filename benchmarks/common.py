@@ -18,6 +18,7 @@ import platform
 import signal
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -42,6 +43,29 @@ def require_cuda(script: str) -> None:
     if not torch.cuda.is_available():
         raise SystemExit(f"{script}: CUDA is not available (torch.cuda.is_available() is False); it needs an NVIDIA "
                          f"GPU and a CUDA build of torch")
+
+
+PLUMBING_TITLE = " — PLUMBING CHECK on CPU, stand-in implementation, not measurements"
+"""Appended to the title of tables that a CPU plumbing check writes."""
+
+
+def plumbing_check(script: str, quick: bool, stand_in: str) -> bool:
+    """Whether this run checks a benchmark's table plumbing on a CPU instead of measuring.
+
+    With a CUDA GPU: False. Without one, --quick (`quick`) is such a check, with `stand_in` (what runs in place of the
+    kernel, named in the message) at tiny sizes and the results in a temporary folder unless ``BENCH_RESULTS_DIR``
+    names one; any other run exits with a message naming `script`.
+    """
+    if torch.cuda.is_available():
+        return False
+    if not quick:
+        raise SystemExit(f"{script}: CUDA is not available (torch.cuda.is_available() is False); the benchmark needs "
+                         f"a CUDA GPU. Use --quick for a CPU check of the table plumbing.")
+    print(f"{script}: CUDA is not available, so nothing is measured. Checking the table plumbing with {stand_in} "
+          f"standing in for the fused kernel at tiny sizes.", flush=True)
+    if not os.environ.get("BENCH_RESULTS_DIR"):
+        os.environ["BENCH_RESULTS_DIR"] = tempfile.mkdtemp(prefix=f"{script}_plumbing_")
+    return True
 
 
 def time_cuda(fn: Callable[[], Any], *, warmup: int = 10, repeat: int = 50) -> float:

@@ -4,6 +4,7 @@ scan_probe_ab.py and scan_pair_stamps.py (their patches still apply to scan.cu);
 the baselines alone; the GPU-only scripts say so where there is no GPU."""
 from __future__ import annotations
 
+import csv
 import importlib
 import os
 import re
@@ -169,3 +170,21 @@ def test_sanitize_scan_runs_a_held_forward(monkeypatch, name):
     for dtype in (torch.bfloat16, torch.float32):
         held = [(f, b) for label, f, b in sanitize.plans(name, dtype, gpu) if "held" in label]
         assert [(f.carry, f.steps, f.held, b.carry, b.held) for f, b in held] == [("chained", 21, 4, "chained", 0)]
+
+
+@pytest.mark.parametrize("script, stem", [("bench_fused", "fused_lstm_plumbing"),
+                                          ("bench_cells", "fused_cells_plumbing")])
+def test_fused_benchmarks_check_their_tables_on_a_cpu(tmp_path, script, stem):
+    """Without a GPU, bench_fused / bench_cells --quick fill their tables from the pure-PyTorch stand-in at tiny sizes
+    under a title that says so; without --quick they exit non-zero with a message instead of measuring."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", BENCH_RESULTS_DIR=str(tmp_path))
+    refused = subprocess.run([sys.executable, f"{script}.py"], cwd=KERNELS.parent, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 1 and f"{script}: CUDA is not available" in refused.stderr, refused.stderr
+    checked = subprocess.run([sys.executable, f"{script}.py", "--quick"], cwd=KERNELS.parent, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    table = (tmp_path / f"{stem}.md").read_text()
+    assert "PLUMBING CHECK on CPU" in table and "Traceback" not in checked.stderr
+    with open(tmp_path / f"{stem}.csv", newline="") as f:
+        assert list(csv.DictReader(f)), f"{stem}.csv has no rows"
