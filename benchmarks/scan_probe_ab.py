@@ -119,7 +119,7 @@ forward's staged a and its stores of h (which the backward reads) evict-last, ev
 backward's stores evict-first."""
 
 
-NO_HINTS = [("    return SCAN_SPLIT != 0 && (SCAN_REVERSE || (SCAN_PAIRED && SCAN_CELL == 0 && k == 1));",
+NO_HINTS = [("    return SCAN_EVICT_FIRST && (SCAN_REVERSE || (SCAN_PAIRED && SCAN_CELL == 0 && k == 1));",
              "    return false;  // probe\n")]
 """No staged input is marked evict-first in L2 (scan.cu's last_use)."""
 

@@ -400,6 +400,10 @@ class ScanPlan:
     held: int = 0
     """Steps per thread a chained forward loads into registers instead of staging them (scan.cu, SCAN_HELD; `steps`
     counts them): where a launch's inputs exceed the GPU's shared memory, that fits its blocks in one wave."""
+    evict_first: bool = False
+    """Whether the staged copies that a pair of split lanes reads for the last time are marked evict-first in L2
+    (scan.cu's last_use): where what the pair's backward reads again fits in L2 (ScanProblem.pair_reread_elements;
+    the thin fp32 pair took 0.94x the time on an H100), not where it does not ([1, 65536, 256] fp32: 1.02x)."""
 
     def __post_init__(self) -> None:
         chained_forward = self.carry == "chained" and self.problem.direction == "forward"
@@ -491,6 +495,7 @@ class ScanPlan:
             "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: segment 0 alone publishes a state
             "SCAN_GROUP": self.group,
             "SCAN_PAIRED": int(self.problem.paired),  # a backward follows: the inputs it does not read evict first
+            "SCAN_EVICT_FIRST": int(self.evict_first),
         }
 
     def source(self) -> str:
@@ -776,10 +781,12 @@ def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, sol: dict) -> ScanPlan:
     tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["staged_steps"]
     smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile, sol["stages"])
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
+    reread = problem.batch * problem.seq_len * problem.hidden_dim * problem.element_bytes * problem.pair_reread_elements
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
                     vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
                     carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count, held=sol["held"],
-                    regs_estimate=register_cap(gpu, threads, blocks), estimate_ns=sol["time_ns"])
+                    regs_estimate=register_cap(gpu, threads, blocks), estimate_ns=sol["time_ns"],
+                    evict_first=CARRIES[sol["carry"]] != "whole" and _fits_l2(gpu, reread))
 
 
 def carry_plan(problem: ScanProblem, gpu: hwmodels.GPUModel, carry: str, **pins: int) -> ScanPlan:

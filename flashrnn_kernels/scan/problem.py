@@ -106,6 +106,12 @@ class ScanProblem:
         return 1 + self.input_count - (self.cell == "linear") + self.reads_h + self.gradients
 
     @property
+    def pair_reread_elements(self) -> int:
+        """[B, T, D] tensors of a forward + backward pair that the backward reads again after the forward: the
+        inputs (the linear scan's a alone) and h."""
+        return self.input_count - (self.cell == "linear") + 1
+
+    @property
     def fast_math(self) -> bool:
         """Whether the kernel uses the hardware exponential and reciprocal approximations (bf16 / fp16 storage,
         whose rounding is 2^-8 / 2^-11; fp32 keeps full-precision math)."""

@@ -52,7 +52,7 @@
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
     !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES) || \
     !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC) || !defined(SCAN_HELD) || !defined(SCAN_GROUP) ||      \
-    !defined(SCAN_PAIRED)
+    !defined(SCAN_PAIRED) || !defined(SCAN_EVICT_FIRST)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -219,14 +219,15 @@ __device__ __forceinline__ float gate_a(float x1, float x2) {
 
 #include "scan/carries.cuh"
 
-// Whether a pair's staged input of slot k is read for the last time, in launches of split lanes: every input of a
-// backward, and those of a forward that a backward follows (SCAN_PAIRED) which that backward does not read again
-// (linear_scan's b; minGRU's and minLSTM's backwards read all their inputs). Their lines are marked evict-first in
-// L2, so that what the pair reads again (a forward's outputs h and the inputs its backward reads) stays there
-// instead: the thin and narrow pairs took 0.895-0.938x the time on an H100. Not a forward alone, nor whole lanes (large
-// problems, whose pairs L2 cannot hold: the [8, 4096, 1536] fp32 pair took 1.02x as long marked).
+// Whether a pair's staged input of slot k is read for the last time, in launches of split lanes whose pair's rereads
+// fit in L2 (SCAN_EVICT_FIRST, plan.py): every input of a backward, and those of a forward that a backward follows
+// (SCAN_PAIRED) which that backward does not read again (linear_scan's b; minGRU's and minLSTM's backwards read all
+// their inputs). Their lines are marked evict-first in L2, so that what the pair reads again (a forward's outputs h
+// and the inputs its backward reads) stays there instead: the thin and narrow pairs took 0.895-0.938x the time on an
+// H100. Not a forward alone, nor whole lanes or pairs whose rereads L2 cannot hold (the [8, 4096, 1536] and
+// [1, 65536, 256] fp32 pairs took 1.02x as long marked).
 __device__ __forceinline__ constexpr bool last_use(int k) {
-    return SCAN_SPLIT != 0 && (SCAN_REVERSE || (SCAN_PAIRED && SCAN_CELL == 0 && k == 1));
+    return SCAN_EVICT_FIRST && (SCAN_REVERSE || (SCAN_PAIRED && SCAN_CELL == 0 && k == 1));
 }
 
 #include "scan/staging.cuh"

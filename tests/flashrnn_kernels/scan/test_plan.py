@@ -552,7 +552,7 @@ def test_held_forwards_alone_only_against_split_lanes(gpu_name):
 def test_pairs_of_split_lanes_mark_last_reads_evict_first(tmp_path):
     """Staged copies marked evict-first in L2 (cp.async ... L2::cache_hint): every one of a split-lane backward, a
     paired linear forward's copies of b alone (its backward reads a again; minGRU's reads every input again), none of a
-    forward alone or of whole lanes."""
+    forward alone, of whole lanes or of split lanes whose pair's rereads do not fit in L2."""
     gpu = hwmodels.load("H200-SXM-141GB")
 
     def copies(cell, shape, dtype, direction, paired=False):
@@ -571,4 +571,12 @@ def test_pairs_of_split_lanes_mark_last_reads_evict_first(tmp_path):
     assert copies("linear", thin, "float32", "forward")[1] == 0
     p, hinted, total = copies("linear", wide, "float32", "backward")
     assert p.carry == "whole" and hinted == 0 and total > 0
+    for cell, shape, dtype in [("linear", (1, 65536, 256), "float32"), ("linear", (1, 262144, 64), "bfloat16"),
+                               ("min_gru", thin, "float32")]:
+        p, hinted, total = copies(cell, shape, dtype, "backward")
+        rereads = p.problem.batch * p.problem.seq_len * p.problem.hidden_dim * p.problem.element_bytes * (
+            3 if cell == "min_gru" else 2)
+        assert p.carry != "whole" and rereads > 0.75 * gpu.l2_bytes and hinted == 0 and total > 0, (cell, shape)
+    p, hinted, total = copies("min_gru", thin, "bfloat16", "backward")
+    assert p.carry != "whole" and hinted == total > 0
 
