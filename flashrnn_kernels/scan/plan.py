@@ -495,7 +495,7 @@ class ScanPlan:
             "SCAN_DETERMINISTIC": int(self.problem.deterministic),  # split lanes: segment 0 alone publishes a state
             "SCAN_GROUP": self.group,
             "SCAN_PAIRED": int(self.problem.paired),  # a backward follows: the inputs it does not read evict first
-            "SCAN_EVICT_FIRST": int(self.evict_first),
+            "SCAN_EVICT_FIRST": int(self.evict_first),  # last reads marked evict-first in L2 (scan.cu's last_use)
         }
 
     def source(self) -> str:
