@@ -16,7 +16,8 @@ __device__ __forceinline__ elem_t* staged(elem_t* stage, int buf, int k, int i, 
            tx * SCAN_VEC;
 }
 
-// A copy of one thread's access into the stage; where `hinted`, its lines take the L2 eviction `policy`.
+// A copy of one thread's access into the stage; where `hinted`, its lines take the L2 eviction `policy` (4- to
+// 16-byte accesses: a 2-byte access is a plain load and store, which takes no hint).
 __device__ __forceinline__ void stage_copy(elem_t* dst, const elem_t* src, bool hinted, unsigned long long policy) {
     if constexpr (SCAN_ACCESS == 16) {
         if (hinted) cp_async16_hinted(dst, src, policy);
