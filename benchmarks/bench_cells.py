@@ -200,23 +200,6 @@ def build_rows(cases: list[common.Case], jobs: list[dict], results: dict[int, di
     return rows
 
 
-def _long_rows(rows: list[dict], cell: str, direction: str) -> list[dict]:
-    out, seen = [], set()
-    for row in rows:
-        if row["cell"] != cell or row["direction"] != direction:
-            continue
-        for key, value in row.items():
-            if not key.endswith("_ms") or key in ("best_anchor_ms", "target_ms") or value is None:
-                continue
-            impl = key[: -len("_ms")]
-            series = impl.replace("_", " ") if impl.startswith("cudnn") else f"{impl} {row['dtype']}"
-            xval = f"{row['DH']}:{row['NH']}"
-            if (series, xval) not in seen:
-                seen.add((series, xval))
-                out.append({"DH:NH": xval, "ms": value, "impl": series})
-    return out
-
-
 NOTES = (
     "Median milliseconds over CUDA-event-timed calls after warm-up. `fwd` runs under torch.no_grad "
     "(inference); `fwd+bwd` is a forward with autograd plus torch.autograd.grad of h and the last states "
@@ -295,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for direction in common.DIRECTIONS:
             stem = f"{name}_{cell}_{direction.replace('+', '')}"
             title = f"{cell} {direction}, B={args.batch}, T={args.seq}{' (CPU plumbing check)' if cpu else ''}"
-            long_rows = _long_rows(rows, cell, direction)
+            long_rows = common.timing_series(rows, "DH:NH", cell=cell, direction=direction)
             common.attempt(f"plot {stem}", lambda stem=stem, long_rows=long_rows, title=title: common.plot(
                 stem, long_rows, x="DH:NH", y="ms", series="impl", title=title, logy=True), plot_errors)
     print(f"results in {common.results_dir()}" + (f"; plots failed: {plot_errors}" if plot_errors else ""))

@@ -185,23 +185,6 @@ def build_rows(section: str, cases: list[common.Case], jobs: list[dict], results
     return rows
 
 
-def _long_rows(rows: list[dict], direction: str, x: str) -> list[dict]:
-    out, seen = [], set()
-    for row in rows:
-        if row["direction"] != direction:
-            continue
-        for key, value in row.items():
-            if not key.endswith("_ms") or key == "best_anchor_ms" or key == "target_ms" or value is None:
-                continue
-            impl = key[: -len("_ms")]
-            series = impl.replace("_", " ") if impl.startswith("cudnn") else f"{impl} {row['dtype']}"
-            xval = f"{row['DH']}:{row['NH']}" if x == "DH:NH" else row[x]
-            if (series, xval) not in seen:
-                seen.add((series, xval))
-                out.append({x: xval, "ms": value, "impl": series})
-    return out
-
-
 NOTES = (
     "Median milliseconds over CUDA-event-timed calls after warm-up, all in one process run per row group. "
     "`fwd` runs under torch.no_grad (inference); `fwd+bwd` is a forward with autograd plus torch.autograd.grad "
@@ -316,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for direction in common.DIRECTIONS:
             x = {"shapes": "DH:NH", "batch": "B", "length": "T"}[section]
             suffix = direction.replace("+", "")
-            long_rows = _long_rows(rows, direction, x)
+            long_rows = common.timing_series(rows, x, direction=direction)
             plot_title = f"LSTM {direction}, {section}{' (CPU plumbing check)' if cpu else ''}"
             common.attempt(f"plot {stem} {direction}", lambda: common.plot(
                 f"{stem}_{suffix}", long_rows, x=x, y="ms", series="impl", title=plot_title,

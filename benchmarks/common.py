@@ -405,6 +405,26 @@ def judge_targets(row: dict, limit_ms: float | None, speedup_target: float) -> N
         "pass" if speedup >= speedup_target else "FAIL")
 
 
+def timing_series(rows: Sequence[dict], x: str, **match: Any) -> list[dict]:
+    """The ``*_ms`` columns of the fused benchmarks' rows whose fields equal ``match``, one record per (series, x)
+    for ``plot``: series "<impl> <dtype>" (cuDNN's columns name their dtype already), x the row's ``x`` field, or
+    "DH:NH" for the head shape; the first row of each pair wins."""
+    out, seen = [], set()
+    for row in rows:
+        if any(row[key] != value for key, value in match.items()):
+            continue
+        for key, value in row.items():
+            if not key.endswith("_ms") or key in ("best_anchor_ms", "target_ms") or value is None:
+                continue
+            impl = key[: -len("_ms")]
+            series = impl.replace("_", " ") if impl.startswith("cudnn") else f"{impl} {row['dtype']}"
+            xval = f"{row['DH']}:{row['NH']}" if x == "DH:NH" else row[x]
+            if (series, xval) not in seen:
+                seen.add((series, xval))
+                out.append({x: xval, "ms": value, "impl": series})
+    return out
+
+
 def parse_names(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     """An argparse type: comma-separated names, each one of ``choices``."""
     def parse(text: str) -> tuple[str, ...]:

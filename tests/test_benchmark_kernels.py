@@ -186,5 +186,6 @@ def test_fused_benchmarks_check_their_tables_on_a_cpu(tmp_path, script, stem):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     table = (tmp_path / f"{stem}.md").read_text()
     assert "PLUMBING CHECK on CPU" in table and "Traceback" not in checked.stderr
+    assert "plots failed" not in checked.stdout and list(tmp_path.glob(f"{stem}_*.png")), checked.stdout
     with open(tmp_path / f"{stem}.csv", newline="") as f:
         assert list(csv.DictReader(f)), f"{stem}.csv has no rows"
