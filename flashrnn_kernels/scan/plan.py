@@ -678,7 +678,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     if work.whole_row_bytes and dim * esize >= work.whole_row_bytes:
         m.add(m.any_of([split == 1, tile * esize == work.whole_row_bytes]), name="whole_lane_row_bytes")
     seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
-    reread = 0 if _fits_l2(gpu, B * T * dim * inputs * esize) else inputs * esize
+    reread = 0 if _fits_l2(gpu, inputs * problem.tensor_bytes) else inputs * esize
     dram_per_elem = problem.traffic_elements * esize + resident * reread  # DRAM bytes per element of [B, T, D]
     sm_per_elem = problem.traffic_elements * esize + resident * inputs * esize  # bytes through the SM
     # staged bytes per block not yet consumed (a chained block loads its one chunk at once)
@@ -707,7 +707,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     # round is in its lifetime)
     rounds = resident * _ceil_div(segments - 1, tt)
     # a forward whose whole traffic fits in L2 (WorkModel.chained_ns_in_l2, chained_sparse_ns)
-    in_l2_forward = not backward and _fits_l2(gpu, B * T * dim * problem.traffic_elements * esize)
+    in_l2_forward = not backward and _fits_l2(gpu, problem.traffic_elements * problem.tensor_bytes)
     chained_ns = (work.chained_ns_in_l2 if in_l2_forward else work.chained_ns_paired if problem.paired
                   else work.chained_ns)
     # a held launch (one wave) pays a paired forward's fixed time alone too, against resident segments that split lanes
@@ -781,7 +781,7 @@ def _plan(problem: ScanProblem, gpu: hwmodels.GPUModel, sol: dict) -> ScanPlan:
     tile, chunk = sol["threads_d"] * sol["vec"], sol["threads_t"] * sol["staged_steps"]
     smem = static_smem(sol["threads_t"], tile) + stage_bytes(problem, chunk, tile, sol["stages"])
     blocks = hwmodels.blocks_per_sm(gpu, threads, need, smem).blocks_per_sm
-    reread = problem.batch * problem.seq_len * problem.hidden_dim * problem.element_bytes * problem.pair_reread_elements
+    reread = problem.pair_reread_elements * problem.tensor_bytes
     return ScanPlan(problem=problem, arch=gpu.arch, threads_d=sol["threads_d"], threads_t=sol["threads_t"],
                     vec=sol["vec"], steps=sol["steps"], stages=sol["stages"], min_blocks=blocks,
                     carry=CARRIES[sol["carry"]], sm_count=gpu.sm_count, held=sol["held"],

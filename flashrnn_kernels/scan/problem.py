@@ -120,3 +120,8 @@ class ScanProblem:
     @property
     def element_bytes(self) -> int:
         return DTYPES[self.dtype]
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of one [batch, seq_len, hidden_dim] tensor stored as `dtype`."""
+        return self.batch * self.seq_len * self.hidden_dim * self.element_bytes
