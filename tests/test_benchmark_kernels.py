@@ -136,6 +136,7 @@ def test_scan_table_judges_against_accelerated_scan_alone(monkeypatch):
 GPU_SCRIPTS = {
     "bench_scan": [], "bench_step_products": [], "fused_packages_ab": [], "fused_plan_variants": [],
     "host_overhead": [], "load_engines_probe": [], "sanitize_case": [], "sanitize_scan": [],
+    "scan_cell_pairs": ["--trees", "."],
     "scan_graph_words_ab": [], "scan_pair_dram": [], "scan_pair_stamps": [], "scan_pair_timeline": [],
     "scan_paired_forward_ab": [], "scan_probe_ab": [], "scan_wanted_grads_ab": [],
     "scan_zero_guard_ab": ["--before", "scan.cu"], "stream_partition_probe": [],
@@ -158,6 +159,19 @@ def test_gpu_scripts_exit_with_a_message_without_cuda(script):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0, result.stdout + result.stderr
     assert f"{script}: CUDA is not available" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_scan_cell_pairs_tabulates_medians_per_tree(monkeypatch):
+    """scan_cell_pairs.table: one row per measurement, a column per tree in the order met, the median of its rounds
+    in us; a tree whose every round failed a measurement reads "failed"."""
+    monkeypatch.syspath_prepend(str(KERNELS.parent))
+    pairs = importlib.import_module("scan_cell_pairs")
+    lines = ["measured on: test", 'round 1 tree old RESULT {"pair": 0.5, "fwd": 0.2}',
+             'round 1 tree new RESULT {"pair": 0.7, "fwd": "RuntimeError: x"}',
+             'round 2 tree old RESULT {"pair": 0.7, "fwd": 0.2}', "round 2 tree new FAILED boom",
+             'round 3 tree old RESULT {"pair": 0.6, "fwd": 0.3}']
+    assert pairs.table(lines) == [{"measurement": "pair", "old": 600.0, "new": 700.0},
+                                  {"measurement": "fwd", "old": 200.0, "new": "failed"}]
 
 
 @pytest.mark.parametrize("name", ["linear", "min_gru", "min_lstm"])
