@@ -28,7 +28,7 @@ CASES = [("min_lstm", (8, 4096, 1536), "float32"), ("min_lstm", (8, 4096, 1536),
          ("min_gru", (1, 65536, 64), "bfloat16")]
 CASES_NOTE = ("ev: median of CUDA-event-timed calls; graph: device time per call in CUDA graphs of 10 calls; bwd: "
               "autograd.grad of one saved forward; pair: a fresh forward and its backward")
-LINE = re.compile(r"round (\d+) tree (\S+) RESULT (.*)")
+LINE = re.compile(r"round (\d+) tree (\S+) (RESULT|FAILED) (.*)")
 
 
 def measure_tree() -> dict[str, float | str]:
@@ -40,7 +40,9 @@ def measure_tree() -> dict[str, float | str]:
     gen = torch.Generator(device="cuda").manual_seed(1)
     for cell, shape, dtype in CASES:
         fn = min_lstm_scan if cell == "min_lstm" else min_gru_scan
-        randn = lambda: torch.randn(*shape, device="cuda", generator=gen).to(getattr(torch, dtype))  # noqa: E731
+
+        def randn():
+            return torch.randn(*shape, device="cuda", generator=gen).to(getattr(torch, dtype))
         xs = [randn().requires_grad_() for _ in range(3 if cell == "min_lstm" else 2)]
         dy, saved = randn(), fn(*xs)
 
@@ -62,14 +64,15 @@ def measure_tree() -> dict[str, float | str]:
 
 
 def table(lines: list[str]) -> list[dict]:
-    """Rows (one per measurement, a column per tree: its medians over rounds in us) from a log's lines."""
+    """Rows (one per measurement, a column per tree: its medians over rounds in us) from a log's lines; a tree none of
+    whose rounds measured a row reads "failed" there."""
     times: dict[str, dict[str, list[float]]] = {}
     trees: list[str] = []
     for line in lines:
         m = LINE.match(line)
         if not m:
             continue
-        tree, result = m.group(2), json.loads(m.group(3))
+        tree, result = m.group(2), json.loads(m.group(4)) if m.group(3) == "RESULT" else {}
         trees += [tree] if tree not in trees else []
         for key, value in result.items():
             times.setdefault(key, {}).setdefault(tree, []).extend([value] if isinstance(value, float) else [])

@@ -169,9 +169,9 @@ def test_scan_cell_pairs_tabulates_medians_per_tree(monkeypatch):
     lines = ["measured on: test", 'round 1 tree old RESULT {"pair": 0.5, "fwd": 0.2}',
              'round 1 tree new RESULT {"pair": 0.7, "fwd": "RuntimeError: x"}',
              'round 2 tree old RESULT {"pair": 0.7, "fwd": 0.2}', "round 2 tree new FAILED boom",
-             'round 3 tree old RESULT {"pair": 0.6, "fwd": 0.3}']
-    assert pairs.table(lines) == [{"measurement": "pair", "old": 600.0, "new": 700.0},
-                                  {"measurement": "fwd", "old": 200.0, "new": "failed"}]
+             'round 3 tree old RESULT {"pair": 0.6, "fwd": 0.3}', "round 1 tree broken FAILED boom"]
+    assert pairs.table(lines) == [{"measurement": "pair", "old": 600.0, "new": 700.0, "broken": "failed"},
+                                  {"measurement": "fwd", "old": 200.0, "new": "failed", "broken": "failed"}]
 
 
 @pytest.mark.parametrize("name", ["linear", "min_gru", "min_lstm"])
