@@ -7,6 +7,9 @@ retain_graph) and the pair (autograd.grad of a fresh forward) as the median of C
 caller sees), and the pair and the forward in CUDA graphs of 10 calls ("graph": device time). Inputs are random
 (pre-activations from randn), fresh per tree.
 
+A tree given as PATH:plain-whole runs with its whole-lane launches plain instead of programmatic (dependent)
+launches (`plain_whole_launches`), beside the same PATH as shipped.
+
 Usage: python benchmarks/scan_cell_pairs.py --trees OLD NEW [--rounds 2] [--name scan_cell_pairs] [--note TEXT]
        python benchmarks/scan_cell_pairs.py --table LOG [--note TEXT]   (the table of a saved log of such a run)
 Writes {name}.log, .csv and .md to BENCH_RESULTS_DIR (default benchmarks/results).
@@ -63,6 +66,19 @@ def measure_tree() -> dict[str, float | str]:
     return out
 
 
+def plain_whole_launches() -> None:
+    """Make this process's whole-lane scan launches plain ones (scan.function._Launch.programmatic off), other carries
+    as shipped."""
+    from flashrnn_kernels.scan import function
+
+    shipped = function._launch_of
+
+    def launch_of(p, *args):
+        run = shipped(p, *args)
+        return run._replace(programmatic=False) if p.carry == "whole" else run
+    function._launch_of = launch_of
+
+
 def table(lines: list[str]) -> list[dict]:
     """Rows (one per measurement, a column per tree: its medians over rounds in us) from a log's lines; a tree none of
     whose rounds measured a row reads "failed" there."""
@@ -90,7 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        sys.path.insert(0, args.worker)
+        path, _, variant = args.worker.partition(":")
+        sys.path.insert(0, path)
+        if variant:
+            plain_whole_launches()
         print("RESULT", json.dumps(measure_tree()), flush=True)
         return
     if args.table:
@@ -99,16 +118,20 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if not args.trees:
             parser.error("give --trees (or --table LOG)")
+        for tree in args.trees:
+            if tree.partition(":")[2] not in ("", "plain-whole"):
+                parser.error(f"unknown variant in {tree!r}: give PATH or PATH:plain-whole")
         common.require_cuda("scan_cell_pairs")
         lines, log = [f"measured on: {common.machine_line()}"], common.results_dir() / f"{args.name}.log"
         log.write_text(lines[0] + "\n")
         for r in range(1, args.rounds + 1):
             for tree in args.trees:
-                run = subprocess.run([sys.executable, __file__, "--worker", str(Path(tree).resolve())],
+                path, sep, variant = tree.partition(":")
+                run = subprocess.run([sys.executable, __file__, "--worker", f"{Path(path).resolve()}{sep}{variant}"],
                                      capture_output=True, text=True)
                 found = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
                 result = found[-1] if found else "FAILED " + (run.stderr.strip().splitlines() or ["?"])[-1]
-                lines.append(f"round {r} tree {Path(tree).name} {result}")
+                lines.append(f"round {r} tree {Path(path).resolve().name}{sep}{variant} {result}")
                 with log.open("a") as out:  # line by line: a run cut short keeps its rounds so far (--table)
                     out.write(lines[-1] + "\n")
                 print(lines[-1][:200], flush=True)

@@ -174,6 +174,20 @@ def test_scan_cell_pairs_tabulates_medians_per_tree(monkeypatch):
                                   {"measurement": "fwd", "old": 200.0, "new": "failed", "broken": "failed"}]
 
 
+def test_scan_cell_pairs_plain_whole_launches(monkeypatch):
+    """scan_cell_pairs' plain-whole variant turns off the programmatic launch of whole-lane plans alone."""
+    from flashrnn_kernels.scan import function
+
+    monkeypatch.syspath_prepend(str(KERNELS.parent))
+    pairs = importlib.import_module("scan_cell_pairs")
+    made = function._Launch(*(None,) * (len(function._Launch._fields) - 1), programmatic=True)
+    monkeypatch.setattr(function, "_launch_of", lambda p, *args: made)
+    pairs.plain_whole_launches()
+    whole, chained = (type("Plan", (), {"carry": carry})() for carry in ("whole", "chained"))
+    assert function._launch_of(whole, 1, 2, 3, 4, 0).programmatic is False
+    assert function._launch_of(chained, 1, 2, 3, 4, 0).programmatic is True
+
+
 @pytest.mark.parametrize("name", ["linear", "min_gru", "min_lstm"])
 def test_sanitize_scan_runs_a_held_forward(monkeypatch, name):
     """sanitize_scan.py's pairs (the ones `--only held` keeps among them) include a chained forward holding 4 of 21
