@@ -1,11 +1,11 @@
 """The fused minGRU / minLSTM kernels of several checkouts side by side: forward alone, backward alone and the
 forward + backward pair, so that a slower pair can be traced to a commit (git worktree or `git archive` trees).
 
-Each round runs every tree in a subprocess of its own (that tree's packages first on sys.path), the trees taking
-turns; a tree's run times, per case, the forward (no grad), the backward (autograd.grad of one saved forward,
-retain_graph) and the pair (autograd.grad of a fresh forward) as the median of CUDA-event-timed calls ("ev": what a
-caller sees), and the pair and the forward in CUDA graphs of 10 calls ("graph": device time). Inputs are random
-(pre-activations from randn), fresh per tree.
+Each round runs every tree in a worker process of its own (common.run_isolated; that tree's packages first on
+sys.path), the trees taking turns; a tree's run times, per case, the forward (no grad), the backward (autograd.grad
+of one saved forward, retain_graph) and the pair (autograd.grad of a fresh forward) as the median of
+CUDA-event-timed calls ("ev": what a caller sees), and the pair and the forward in CUDA graphs of 10 calls ("graph":
+device time). Inputs are random (pre-activations from randn), fresh per tree.
 
 A tree given as PATH:plain-whole runs with its whole-lane launches plain instead of programmatic (dependent)
 launches (`plain_whole_launches`), beside the same PATH as shipped.
@@ -20,7 +20,6 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -79,6 +78,14 @@ def plain_whole_launches() -> None:
     function._launch_of = launch_of
 
 
+def run_job(job: dict, opts: dict) -> dict[str, float | str]:
+    """One worker's job: the tree at job["path"] measured (with its whole-lane launches plain for "plain-whole")."""
+    sys.path.insert(0, job["path"])
+    if job["variant"]:
+        plain_whole_launches()
+    return measure_tree()
+
+
 def table(lines: list[str]) -> list[dict]:
     """Rows (one per measurement, a column per tree: its medians over rounds in us) from a log's lines; a tree none of
     whose rounds measured a row reads "failed" there."""
@@ -103,15 +110,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="scan_cell_pairs")
     parser.add_argument("--table", help="tabulate this saved log instead of measuring")
     parser.add_argument("--note", action="append", default=[], help="a paragraph for the table (what the trees are)")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--job-timeout-s", type=float, default=600.0, help="a tree's run is stopped after this")
+    parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        path, _, variant = args.worker.partition(":")
-        sys.path.insert(0, path)
-        if variant:
-            plain_whole_launches()
-        print("RESULT", json.dumps(measure_tree()), flush=True)
-        return
+        sys.exit(common.worker_loop(args.worker[0], args.worker[1], run_job))
     if args.table:
         lines = Path(args.table).read_text().splitlines()
         log = args.table
@@ -127,11 +130,12 @@ def main(argv: list[str] | None = None) -> None:
         for r in range(1, args.rounds + 1):
             for tree in args.trees:
                 path, sep, variant = tree.partition(":")
-                run = subprocess.run([sys.executable, __file__, "--worker", f"{Path(path).resolve()}{sep}{variant}"],
-                                     capture_output=True, text=True)
-                found = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
-                result = found[-1] if found else "FAILED " + (run.stderr.strip().splitlines() or ["?"])[-1]
-                lines.append(f"round {r} tree {Path(path).resolve().name}{sep}{variant} {result}")
+                job = {"path": str(Path(path).resolve()), "variant": variant}
+                result = common.run_isolated(str(Path(__file__).resolve()), [job], {},
+                                             job_timeout_s=args.job_timeout_s)[0]
+                outcome = (f"FAILED {'; '.join(result['errors'])}" if "errors" in result
+                           else f"RESULT {json.dumps(result)}")
+                lines.append(f"round {r} tree {Path(job['path']).name}{sep}{variant} {outcome}")
                 with log.open("a") as out:  # line by line: a run cut short keeps its rounds so far (--table)
                     out.write(lines[-1] + "\n")
                 print(lines[-1][:200], flush=True)
