@@ -66,16 +66,12 @@ def measure_tree() -> dict[str, float | str]:
 
 
 def plain_whole_launches() -> None:
-    """Make this process's whole-lane scan launches plain ones (scan.function._Launch.programmatic off), other carries
-    as shipped."""
+    """Make this process's whole-lane scan launches plain ones (scan.function.programmatic_launch false for them),
+    other carries as shipped."""
     from flashrnn_kernels.scan import function
 
-    shipped = function._launch_of
-
-    def launch_of(p, *args):
-        run = shipped(p, *args)
-        return run._replace(programmatic=False) if p.carry == "whole" else run
-    function._launch_of = launch_of
+    shipped = function.programmatic_launch
+    function.programmatic_launch = lambda p: p.carry != "whole" and shipped(p)
 
 
 def run_job(job: dict, opts: dict) -> dict[str, float | str]:

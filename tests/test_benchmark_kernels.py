@@ -180,12 +180,14 @@ def test_scan_cell_pairs_plain_whole_launches(monkeypatch):
 
     monkeypatch.syspath_prepend(str(KERNELS.parent))
     pairs = importlib.import_module("scan_cell_pairs")
-    made = function._Launch(*(None,) * (len(function._Launch._fields) - 1), programmatic=True)
-    monkeypatch.setattr(function, "_launch_of", lambda p, *args: made)
+    monkeypatch.setattr(function, "programmatic_launch", lambda p: True)
+    monkeypatch.setattr(function, "_kernel", lambda p, device: None)
     pairs.plain_whole_launches()
-    whole, chained = (type("Plan", (), {"carry": carry})() for carry in ("whole", "chained"))
-    assert function._launch_of(whole, 1, 2, 3, 4, 0).programmatic is False
-    assert function._launch_of(chained, 1, 2, 3, 4, 0).programmatic is True
+    gpu = hwmodels.load("H200-SXM-141GB")
+    for shape, carry in (((8, 4096, 1536), "whole"), ((1, 65536, 64), "chained")):
+        p = plan(ScanProblem.for_shape("min_lstm", *shape, "float32", "backward"), gpu)
+        assert p.carry == carry
+        assert function._launch_of(p, *shape, 4, 0).programmatic is (carry != "whole")
 
 
 @pytest.mark.parametrize("name", ["linear", "min_gru", "min_lstm"])

@@ -65,11 +65,16 @@ class _Launch(NamedTuple):
     lanes: int
     segments: int
     words: int  # published words per array (split lanes: every segment's, then every group's), else 0
-    # A backward, a forward that a backward follows, and one holding steps begin as the previous kernel on the stream
-    # ends (scan.cu waits for it at entry): in forward + backward pairs on an H100 0.972-0.981x the time; repeated
-    # forwards alone 0.968-1.029x (the thin ones slower, results/scan_pdl_probe_h100.md), so the others launch plainly,
-    # but those holding steps (one wave) 0.941-0.947x (results/scan_held_alone_pdl_ab_h100.md).
-    programmatic: bool
+    programmatic: bool  # `programmatic_launch`
+
+
+def programmatic_launch(p: ScanPlan) -> bool:
+    """Whether `p` launches as a programmatic dependent launch, beginning as the previous kernel on the stream ends
+    (scan.cu waits for it at entry). Backwards, forwards that a backward follows, and forwards holding steps do: in
+    linear_scan forward + backward pairs on an H100 0.972-0.981x the time; repeated forwards alone 0.968-1.029x (the
+    thin ones slower, results/scan_pdl_probe_h100.md), so the others launch plainly, but those holding steps (one
+    wave) 0.941-0.947x (results/scan_held_alone_pdl_ab_h100.md)."""
+    return p.problem.direction == "backward" or p.problem.paired or p.held > 0
 
 
 _launches: dict[tuple, _Launch] = {}
@@ -82,7 +87,7 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: i
     segments = p.segments(lanes, p.chunks(T))
     return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
                    p.vec * element_size, d_tiles, lanes, segments, p.published_words(lanes, segments),
-                   p.problem.direction == "backward" or p.problem.paired or p.held > 0)
+                   programmatic_launch(p))
 
 
 def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS,

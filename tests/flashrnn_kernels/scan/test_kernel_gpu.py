@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,6 +202,47 @@ def _graph_workspaces():
     from flashrnn_kernels.scan import function
 
     return function._device_graph_workspaces(torch.device("cuda", torch.cuda.current_device()))
+
+
+_FIRST_CAPTURE = """
+import sys, torch
+from flashrnn_kernels.scan import min_lstm_scan
+xs = [torch.randn(8, 4096, 1536, device="cuda").requires_grad_() for _ in range(3)]
+dy = torch.randn(8, 4096, 1536, device="cuda")
+def pair():
+    h = min_lstm_scan(*xs)
+    return (h, *torch.autograd.grad(h, xs, dy))
+with torch.no_grad():
+    min_lstm_scan(*xs)
+eager = pair()
+saved = min_lstm_scan(*xs)
+torch.autograd.grad(saved, xs, dy, retain_graph=True)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    pair()
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    outs = pair()
+for o in outs:
+    o.fill_(float("nan"))
+graph.replay()
+torch.cuda.synchronize()
+errors = [((o - e).abs().max() / e.abs().max()).item() for o, e in zip(outs, eager)]
+print("errors", errors)
+sys.exit(0 if max(errors) <= 1e-6 else 1)
+"""
+
+
+def test_first_capture_in_a_process_of_a_cell_pair():
+    """The first CUDA graph captured in a fresh process, of a fused min_lstm forward + backward of whole lanes after
+    eager calls of it (as a benchmark makes them: a forward alone, a pair, a backward of a kept forward), captures and
+    replays to the eager results into outputs poisoned with NaN."""
+    root = Path(__file__).resolve().parents[3]
+    result = subprocess.run([sys.executable, "-c", _FIRST_CAPTURE], cwd=root, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
 
 
 @pytest.mark.parametrize("name,workspace", [("linear", "spare"), ("linear", "memset"), ("linear", "epoch_cycle"),

@@ -97,3 +97,24 @@ def test_only_autograd_backwards_stage_settled_inputs(monkeypatch):
     assert calls[-1][3][-1] == 1
     function.run_scan("linear", "forward", tuple(inputs), None, settled=True)
     assert calls[-1][3][-1] == 0, "a forward's inputs may come from the kernel just before it"
+
+
+
+def test_programmatic_launches():
+    """Backwards, paired forwards and forwards holding steps launch programmatically, other forwards plainly; the
+    shapes take every cell through whole and split lanes, and linear forwards through held steps."""
+    from flashrnn_kernels.scan.plan import plan
+    from flashrnn_kernels.scan.problem import ScanProblem
+
+    gpu, seen = hwmodels.load("H200-SXM-141GB"), set()
+    for cell in ("linear", "min_gru", "min_lstm"):
+        for B, T, D in [(8, 4096, 1536), (8, 256, 1536), (1, 65536, 64), (2, 32768, 128)]:
+            for direction, paired in (("forward", False), ("forward", True), ("backward", False)):
+                p = plan(ScanProblem.for_shape(cell, B, T, D, "float32", direction, paired=paired), gpu)
+                expected = direction == "backward" or paired or p.held > 0
+                assert function.programmatic_launch(p) is expected, (cell, B, T, D, direction, paired, p.carry)
+                seen.add((cell, p.carry != "whole", direction, paired, p.held > 0))
+    for cell in ("linear", "min_gru", "min_lstm"):
+        for split in (False, True):
+            assert {(cell, split, "forward", True, False), (cell, split, "backward", False, False)} <= seen, cell
+    assert ("linear", True, "forward", False, True) in seen, "no held forward among the shapes"
