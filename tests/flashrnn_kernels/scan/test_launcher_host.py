@@ -99,7 +99,6 @@ def test_only_autograd_backwards_stage_settled_inputs(monkeypatch):
     assert calls[-1][3][-1] == 0, "a forward's inputs may come from the kernel just before it"
 
 
-
 def test_programmatic_launches():
     """Backwards, paired forwards and forwards holding steps launch programmatically, other forwards plainly; the
     shapes take every cell through whole and split lanes, and linear forwards through held steps."""
