@@ -207,6 +207,7 @@ def _graph_workspaces():
 _FIRST_CAPTURE = """
 import sys, torch
 from flashrnn_kernels.scan import min_lstm_scan
+from tests.flashrnn_kernels.gpu_cases import captured
 xs = [torch.randn(8, 4096, 1536, device="cuda").requires_grad_() for _ in range(3)]
 dy = torch.randn(8, 4096, 1536, device="cuda")
 def pair():
@@ -217,14 +218,7 @@ with torch.no_grad():
 eager = pair()
 saved = min_lstm_scan(*xs)
 torch.autograd.grad(saved, xs, dy, retain_graph=True)
-side = torch.cuda.Stream()
-side.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(side):
-    pair()
-torch.cuda.current_stream().wait_stream(side)
-graph = torch.cuda.CUDAGraph()
-with torch.cuda.graph(graph):
-    outs = pair()
+graph, outs = captured(pair)
 for o in outs:
     o.fill_(float("nan"))
 graph.replay()
