@@ -5,7 +5,9 @@ the baselines alone; the GPU-only scripts say so where there is no GPU."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib
+import itertools
 import os
 import re
 import subprocess
@@ -16,7 +18,7 @@ import pytest
 import torch
 
 import hwmodels
-from flashrnn_kernels.scan.plan import plan
+from flashrnn_kernels.scan.plan import plan, register_cap
 from flashrnn_kernels.scan.problem import ScanProblem
 from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
 
@@ -137,7 +139,8 @@ GPU_SCRIPTS = {
     "bench_scan": [], "bench_step_products": [], "fused_packages_ab": [], "fused_plan_variants": [],
     "host_overhead": [], "load_engines_probe": [], "sanitize_case": [], "sanitize_scan": [],
     "scan_cell_pairs": ["--trees", "."],
-    "scan_graph_words_ab": [], "scan_pair_dram": [], "scan_pair_stamps": [], "scan_pair_timeline": [],
+    "scan_graph_words_ab": [], "scan_occupancy_ab": [], "scan_pair_dram": [], "scan_pair_stamps": [],
+    "scan_pair_timeline": [],
     "scan_paired_forward_ab": [], "scan_probe_ab": [], "scan_wanted_grads_ab": [],
     "scan_zero_guard_ab": ["--before", "scan.cu"], "stream_partition_probe": [],
 }
@@ -188,6 +191,49 @@ def test_scan_cell_pairs_plain_whole_launches(monkeypatch):
         p = plan(ScanProblem.for_shape("min_lstm", *shape, "float32", "backward"), gpu)
         assert p.carry == carry
         assert function._launch_of(p, *shape, 4, 0).programmatic is (carry != "whole")
+
+
+def _occupancy_ab(monkeypatch):
+    monkeypatch.syspath_prepend(str(KERNELS.parent))
+    return importlib.import_module("scan_occupancy_ab")
+
+
+def test_scan_occupancy_ab_adds_a_block_only_where_the_sm_holds_it(monkeypatch):
+    """one_block_more: min_blocks + 1 and its register cap, with the SM's blocks, threads and shared memory holding
+    that many; None where they do not (the whole-lane fp32 minLSTM forward at [8, 4096, 1536] fills the SM's shared
+    memory at 4 blocks)."""
+    occupancy = _occupancy_ab(monkeypatch)
+    gpu, added = hwmodels.load("H200-SXM-141GB"), 0
+    for cell, dtype, direction, shape in itertools.product(occupancy.CELLS, ("float32", "bfloat16", "float16"),
+                                                           occupancy.DIRECTIONS, occupancy.SHAPES):
+        p = plan(ScanProblem.for_shape(cell, *shape, dtype, direction), gpu)
+        more = occupancy.one_block_more(p, gpu)
+        if more is None:
+            continue
+        added += 1
+        blocks = p.min_blocks + 1
+        assert dataclasses.replace(more, min_blocks=p.min_blocks, regs_estimate=p.regs_estimate) == p
+        assert more.min_blocks == blocks and more.regs_estimate == register_cap(gpu, p.threads, blocks) >= 64
+        assert blocks * p.threads <= gpu.max_threads_per_sm
+        assert blocks * (p.smem_bytes + p.stage_bytes + gpu.smem_reserved_per_block) <= gpu.smem_per_sm
+    assert added >= 40
+    whole = plan(ScanProblem.for_shape("min_lstm", 8, 4096, 1536, "float32", "forward"), gpu)
+    assert occupancy.one_block_more(whole, gpu) is None
+
+
+@requires_nvcc
+def test_thin_16_bit_min_gru_forward_compiles_at_one_block_more_without_spills(tmp_path, monkeypatch):
+    """The thin bf16 minGRU forward (chained, 128 threads) under the launch bounds of 3 blocks per SM (168
+    registers), which the register model (192 for its 32 map values) does not admit, compiles without spills."""
+    occupancy = _occupancy_ab(monkeypatch)
+    gpu = hwmodels.load("H200-SXM-141GB")
+    p = plan(ScanProblem.for_shape("min_gru", 1, 65536, 64, "bfloat16", "forward"), gpu)
+    more = occupancy.one_block_more(p, gpu)
+    assert (p.carry, p.threads, p.min_blocks, more.regs_estimate) == ("chained", 128, 2, 168)
+    source = tmp_path / "thin_min_gru_forward.cu"
+    source.write_text(more.source())
+    log = _compile(tmp_path, source, "sm_90", *RUNTIME_OPTIONS)
+    assert int(re.findall(r"Used (\d+) registers", log)[-1]) <= 168, log
 
 
 @pytest.mark.parametrize("name", ["linear", "min_gru", "min_lstm"])

@@ -1,0 +1,93 @@
+"""The minGRU / minLSTM kernels at one block per SM more than the solver's plan promises: the plan against the same
+block shape compiled under __launch_bounds__(threads, min_blocks + 1) (`one_block_more`, where the SM's threads
+and shared memory hold that many blocks), each launch timed as device time per call in a CUDA graph
+(common.time_graph), the two plans taking turns over --rounds rounds in one process, on random inputs. Rows give
+both kernels' registers and local memory (ptxas' spills show as local bytes) and the largest relative difference of
+their outputs. The register model (scan/plan.py, REG_OVERHEAD) admits the larger occupancy nowhere in this grid;
+under nvcc 13 some of these kernels compile into it without spills (thin 16-bit forwards, split-lane backwards).
+
+Usage: python benchmarks/scan_occupancy_ab.py [--rounds 3] [--shapes 1x65536x64,8x4096x1536]
+Writes scan_occupancy_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import itertools
+import statistics
+
+import hwmodels
+import torch
+
+import common
+from flashrnn_kernels.runtime.compile import precompile
+from flashrnn_kernels.scan import function
+from flashrnn_kernels.scan.plan import ScanPlan, register_cap
+
+SHAPES = ((1, 65536, 64), (2, 32768, 128), (1, 65536, 256), (8, 4096, 1536), (64, 4096, 512))
+CELLS = ("min_gru", "min_lstm")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DIRECTIONS = ("forward", "backward")
+
+
+def one_block_more(p: ScanPlan, gpu: hwmodels.GPUModel) -> ScanPlan | None:
+    """`p` with min_blocks + 1 (and the register cap that gives), or None where the SM's blocks, threads or shared
+    memory do not hold one block more, or the cap would fall below 64 registers."""
+    blocks = p.min_blocks + 1
+    smem = p.smem_bytes + p.stage_bytes + gpu.smem_reserved_per_block
+    if blocks > gpu.max_blocks_per_sm or blocks * p.threads > gpu.max_threads_per_sm or blocks * smem > gpu.smem_per_sm:
+        return None
+    cap = register_cap(gpu, p.threads, blocks)
+    return dataclasses.replace(p, min_blocks=blocks, regs_estimate=cap) if cap >= 64 else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", help="comma-separated BxTxD (default: SHAPES)")
+    args = parser.parse_args()
+    common.require_cuda("scan_occupancy_ab")
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES)
+    gpu = function._device_gpu(torch.cuda.current_device())
+    jobs = []
+    for cell, dtype, direction, shape in itertools.product(CELLS, DTYPES, DIRECTIONS, shapes):
+        p = function.device_plan(cell, torch.empty(shape, device="cuda", dtype=dtype), direction)
+        more = one_block_more(p, gpu)
+        if more is not None:
+            jobs.append((cell, dtype, direction, shape, {"solver": p, "one more": more}))
+    precompile([q.source() for *_, plans in jobs for q in plans.values()])
+    rows = []
+    for cell, dtype, direction, shape, plans in jobs:
+        n = plans["solver"].problem.input_count
+        inputs = tuple(torch.randn(shape, device="cuda").to(dtype) for _ in range(n))
+        extra = {}
+        if direction == "backward":
+            extra = {"dy": torch.randn(shape, device="cuda").to(dtype),
+                     "h": function.run_scan(cell, "forward", inputs, None)[0]}
+        runs = {name: functools.partial(function.run_scan, cell, direction, inputs, None, **extra, kernel_plan=q)
+                for name, q in plans.items()}
+        outputs = {name: [t.clone() for t in run()[:n]] for name, run in runs.items()}
+        diff = max(common.relative_error(a, b) for a, b in zip(outputs["one more"], outputs["solver"]))
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, run in runs.items():
+                times[name].append(common.time_graph(run))
+        kernels = {name: function._kernel(q, torch.cuda.current_device()) for name, q in plans.items()}
+        solver, more = (statistics.median(times[name]) * 1e3 for name in runs)
+        rows.append({"cell": cell, "dtype": str(dtype)[6:], "direction": direction, "shape": "x".join(map(str, shape)),
+                     "carry": plans["solver"].carry, "threads": plans["solver"].threads,
+                     "blocks per SM": f"{plans['solver'].min_blocks} -> {plans['one more'].min_blocks}",
+                     "registers": f"{kernels['solver'].num_regs} -> {kernels['one more'].num_regs}",
+                     "local bytes": f"{kernels['solver'].local_size_bytes} -> {kernels['one more'].local_size_bytes}",
+                     "solver us": round(solver, 2), "one more us": round(more, 2), "ratio": round(more / solver, 4),
+                     "rel diff": f"{diff:.1e}"})
+        print(rows[-1], flush=True)
+    print(common.write_results("scan_occupancy_ab", rows, title="minGRU / minLSTM kernels at one block per SM more",
+                               notes=[f"Device time per call (us), median of {args.rounds} alternating rounds of "
+                                      "common.time_graph (10 calls per graph); ratio = one more / solver. rel diff: "
+                                      "largest relative difference of the outputs (h, or the gradients)."]))
+
+
+if __name__ == "__main__":
+    main()
