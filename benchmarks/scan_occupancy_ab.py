@@ -1,10 +1,10 @@
 """The minGRU / minLSTM kernels at one block per SM more than the solver's plan promises: the plan against the same
-block shape compiled under __launch_bounds__(threads, min_blocks + 1) (`one_block_more`, where the SM's threads
-and shared memory hold that many blocks), each launch timed as device time per call in a CUDA graph
-(common.time_graph), the two plans taking turns over --rounds rounds in one process, on random inputs. Rows give
-both kernels' registers and local memory (ptxas' spills show as local bytes) and the largest relative difference of
-their outputs. The register model (scan/plan.py, REG_OVERHEAD) admits the larger occupancy nowhere in this grid;
-under nvcc 13 some of these kernels compile into it without spills (thin 16-bit forwards, split-lane backwards).
+block shape compiled under __launch_bounds__(threads, min_blocks + 1) (`one_block_more`, where the SM holds that many
+blocks), each launch timed as device time per call in a CUDA graph (common.time_graph), the two plans taking turns
+over --rounds rounds in one process, on random inputs. Rows give both kernels' registers and local memory (ptxas'
+spills show as local bytes) and the largest relative difference of their outputs. The register model (scan/plan.py,
+REG_OVERHEAD) admits the larger occupancy nowhere in this grid; under nvcc 13 some of these kernels compile into it
+without spills (thin 16-bit forwards, split-lane backwards).
 
 Usage: python benchmarks/scan_occupancy_ab.py [--rounds 3] [--shapes 1x65536x64,8x4096x1536]
 Writes scan_occupancy_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
@@ -32,14 +32,13 @@ DIRECTIONS = ("forward", "backward")
 
 
 def one_block_more(p: ScanPlan, gpu: hwmodels.GPUModel) -> ScanPlan | None:
-    """`p` with min_blocks + 1 (and the register cap that gives), or None where the SM's blocks, threads or shared
-    memory do not hold one block more, or the cap would fall below 64 registers."""
+    """`p` with min_blocks + 1 (and the register cap that gives), or None where the SM does not hold that many blocks
+    at that cap (hwmodels.blocks_per_sm: blocks, warps, registers, shared memory) or the cap falls below 64."""
     blocks = p.min_blocks + 1
-    smem = p.smem_bytes + p.stage_bytes + gpu.smem_reserved_per_block
-    if blocks > gpu.max_blocks_per_sm or blocks * p.threads > gpu.max_threads_per_sm or blocks * smem > gpu.smem_per_sm:
-        return None
     cap = register_cap(gpu, p.threads, blocks)
-    return dataclasses.replace(p, min_blocks=blocks, regs_estimate=cap) if cap >= 64 else None
+    if cap < 64 or hwmodels.blocks_per_sm(gpu, p.threads, cap, p.smem_bytes + p.stage_bytes).blocks_per_sm < blocks:
+        return None
+    return dataclasses.replace(p, min_blocks=blocks, regs_estimate=cap)
 
 
 def main() -> None:

@@ -199,8 +199,8 @@ def _occupancy_ab(monkeypatch):
 
 
 def test_scan_occupancy_ab_adds_a_block_only_where_the_sm_holds_it(monkeypatch):
-    """one_block_more: min_blocks + 1 and its register cap, with the SM's blocks, threads and shared memory holding
-    that many; None where they do not (the whole-lane fp32 minLSTM forward at [8, 4096, 1536] fills the SM's shared
+    """one_block_more: min_blocks + 1 and its register cap, where the SM holds that many blocks at that cap (hwmodels'
+    occupancy); None where it does not (the whole-lane fp32 minLSTM forward at [8, 4096, 1536] fills the SM's shared
     memory at 4 blocks)."""
     occupancy = _occupancy_ab(monkeypatch)
     gpu, added = hwmodels.load("H200-SXM-141GB"), 0
@@ -214,8 +214,8 @@ def test_scan_occupancy_ab_adds_a_block_only_where_the_sm_holds_it(monkeypatch):
         blocks = p.min_blocks + 1
         assert dataclasses.replace(more, min_blocks=p.min_blocks, regs_estimate=p.regs_estimate) == p
         assert more.min_blocks == blocks and more.regs_estimate == register_cap(gpu, p.threads, blocks) >= 64
-        assert blocks * p.threads <= gpu.max_threads_per_sm
-        assert blocks * (p.smem_bytes + p.stage_bytes + gpu.smem_reserved_per_block) <= gpu.smem_per_sm
+        assert hwmodels.blocks_per_sm(gpu, p.threads, more.regs_estimate,
+                                      p.smem_bytes + p.stage_bytes).blocks_per_sm >= blocks
     assert added >= 40
     whole = plan(ScanProblem.for_shape("min_lstm", 8, 4096, 1536, "float32", "forward"), gpu)
     assert occupancy.one_block_more(whole, gpu) is None
