@@ -73,7 +73,11 @@ def programmatic_launch(p: ScanPlan) -> bool:
     (scan.cu waits for it at entry). Backwards, forwards that a backward follows, and forwards holding steps do: in
     linear_scan forward + backward pairs on an H100 0.972-0.981x the time; repeated forwards alone 0.968-1.029x (the
     thin ones slower, results/scan_pdl_probe_h100.md), so the others launch plainly, but those holding steps (one
-    wave) 0.941-0.947x (results/scan_held_alone_pdl_ab_h100.md)."""
+    wave) 0.941-0.947x (results/scan_held_alone_pdl_ab_h100.md). Whole-lane minGRU / minLSTM launches are plain: as
+    programmatic ones their forward + backward pairs took 1.11-1.30x the sum of their kernels, plain ones that sum
+    (results/scan_cell_pairs_plain_whole_h100.md)."""
+    if p.carry == "whole" and p.problem.cell != "linear":
+        return False
     return p.problem.direction == "backward" or p.problem.paired or p.held > 0
 
 
