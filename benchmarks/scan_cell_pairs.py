@@ -10,7 +10,8 @@ device time). Inputs are random (pre-activations from randn), fresh per tree.
 A tree given as PATH:plain-whole runs with its whole-lane launches plain instead of programmatic (dependent)
 launches (`plain_whole_launches`), beside the same PATH as shipped.
 
-Usage: python benchmarks/scan_cell_pairs.py --trees OLD NEW [--rounds 2] [--name scan_cell_pairs] [--note TEXT]
+Usage: python benchmarks/scan_cell_pairs.py --trees OLD NEW [--rounds 2] [--cases min_gru:1x65536x64:bfloat16,...]
+                                           [--name scan_cell_pairs] [--note TEXT]
        python benchmarks/scan_cell_pairs.py --table LOG [--note TEXT]   (the table of a saved log of such a run)
 Writes {name}.log, .csv and .md to BENCH_RESULTS_DIR (default benchmarks/results).
 """
@@ -33,14 +34,28 @@ CASES_NOTE = ("ev: median of CUDA-event-timed calls; graph: device time per call
 LINE = re.compile(r"round (\d+) tree (\S+) (RESULT|FAILED) (.*)")
 
 
-def measure_tree() -> dict[str, float | str]:
+def parse_cases(text: str) -> list[tuple[str, tuple[int, ...], str]]:
+    """Cases from "cell:BxTxD:dtype,...", e.g. "min_gru:1x65536x64:bfloat16"."""
+    cases = []
+    for item in text.split(","):
+        parts = item.split(":")
+        if (len(parts) != 3 or parts[0] not in ("min_gru", "min_lstm") or parts[2] not in ("float32", "bfloat16",
+                                                                                          "float16")
+                or not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*", parts[1])):
+            raise ValueError(f"bad case {item!r}: give cell:BxTxD:dtype, cell min_gru or min_lstm, dtype float32, "
+                             "bfloat16 or float16")
+        cases.append((parts[0], tuple(int(v) for v in parts[1].split("x")), parts[2]))
+    return cases
+
+
+def measure_tree(cases: list) -> dict[str, float | str]:
     """This process's checkout: every case's times in ms (or the error that stopped one)."""
     import torch
     from flashrnn_kernels.scan import min_gru_scan, min_lstm_scan
 
     out: dict[str, float | str] = {}
     gen = torch.Generator(device="cuda").manual_seed(1)
-    for cell, shape, dtype in CASES:
+    for cell, shape, dtype in cases:
         fn = min_lstm_scan if cell == "min_lstm" else min_gru_scan
 
         def randn():
@@ -87,7 +102,7 @@ def run_job(job: dict, opts: dict) -> dict[str, float | str]:
     sys.path.insert(0, job["path"])
     if job["variant"]:
         plain_whole_launches()
-    return measure_tree()
+    return measure_tree([(cell, tuple(shape), dtype) for cell, shape, dtype in job["cases"]])
 
 
 def table(lines: list[str]) -> list[dict]:
@@ -111,12 +126,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trees", nargs="+", help="checkouts to compare (each holding flashrnn_kernels/)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cases", help="cell:BxTxD:dtype,... (default: CASES)")
     parser.add_argument("--name", default="scan_cell_pairs")
     parser.add_argument("--table", help="tabulate this saved log instead of measuring")
     parser.add_argument("--note", action="append", default=[], help="a paragraph for the table (what the trees are)")
     parser.add_argument("--job-timeout-s", type=float, default=600.0, help="a tree's run is stopped after this")
     parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    try:
+        cases = parse_cases(args.cases) if args.cases else CASES
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.worker:
         sys.exit(common.worker_loop(args.worker[0], args.worker[1], run_job))
     if args.table:
@@ -134,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         for r in range(1, args.rounds + 1):
             for tree in args.trees:
                 path, sep, variant = tree.partition(":")
-                job = {"path": str(Path(path).resolve()), "variant": variant}
+                job = {"path": str(Path(path).resolve()), "variant": variant, "cases": cases}
                 result = common.run_isolated(str(Path(__file__).resolve()), [job], {},
                                              job_timeout_s=args.job_timeout_s)[0]
                 outcome = (f"FAILED {'; '.join(result['errors'])}" if "errors" in result

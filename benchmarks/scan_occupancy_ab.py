@@ -2,9 +2,8 @@
 block shape compiled under __launch_bounds__(threads, min_blocks + 1) (`one_block_more`, where the SM holds that many
 blocks), each launch timed as device time per call in a CUDA graph (common.time_graph), the two plans taking turns
 over --rounds rounds in one process, on random inputs. Rows give both kernels' registers and local memory (ptxas'
-spills show as local bytes) and the largest relative difference of their outputs. The register model (scan/plan.py,
-REG_OVERHEAD) admits the larger occupancy nowhere in this grid; under nvcc 13 some of these kernels compile into it
-without spills (thin 16-bit forwards, split-lane backwards).
+spills show as local bytes) and the largest relative difference of their outputs: whether the register model
+(scan/plan.py, REG_OVERHEAD) holds a kernel at fewer blocks per SM than it runs best at.
 
 Usage: python benchmarks/scan_occupancy_ab.py [--rounds 3] [--shapes 1x65536x64,8x4096x1536]
 Writes scan_occupancy_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).

@@ -52,11 +52,17 @@ REG_OVERHEAD = 64
 REG_PER_MAP_FLOAT = 2
 MIN_MAP_FLOATS = 16
 REG_FP16 = 16
+CHAINED_FORWARD_OVERHEAD = 40
 """Register need of the minGRU / minLSTM kernels: REG_OVERHEAD + REG_PER_MAP_FLOAT * (2 * steps * vec), at least
-MIN_MAP_FLOATS map values (need >= 96), plus REG_FP16 in fp16 (its conversions keep more temporaries than bf16's
-shifts: the minGRU fp16 backward of 2 steps of 8 channels takes 135 registers unbounded, and the minLSTM one spilled
-under a cap of 128, nvcc 13, sm_90). Every cell, dtype and direction of the test grid, whole or split lanes,
-compiles under it without spills (ptxas -v, nvcc 13, sm_80 and sm_90: the nvcc test)."""
+MIN_MAP_FLOATS map values, plus REG_FP16 in fp16 whole lanes and resident segments (their fp16 conversions keep more
+temporaries than bf16's shifts: the minGRU fp16 backward of 2 steps of 8 channels takes 135 registers unbounded).
+Chained segments need less: their forwards CHAINED_FORWARD_OVERHEAD in place of REG_OVERHEAD and both directions no
+REG_FP16. The smallest spill-free caps (nvcc 13, sm_90, H200 plans of five shapes): chained forwards 104 at 16 map
+values (fp32), 152-168 at 32 (bf16, fp16), chained fp16 backwards 120 at 16; and on an H100 the chained forwards took
+0.84-0.90x the time at the block per SM more that this gives, the fp16 backwards 0.87-0.91x
+(results/scan_occupancy_ab_h100.md); whole lanes no faster forward and up to 1.11x slower backward. Every cell, dtype,
+direction and carry of the test grid compiles under its need without spills (ptxas -v, nvcc 13, sm_80 and sm_90: the
+nvcc test)."""
 
 LINEAR_REGISTERS = 96
 """The linear kernel's need up to 8 steps per thread: capped at 80, ptxas (nvcc 13, sm_80) spilled 24 bytes for a
@@ -345,13 +351,15 @@ def register_need(problem: ScanProblem, steps: int, vec: int, stages: int, carry
     prefix = prefix_register_need(stages, vec) if carry == "resident" else 0
     if problem.cell == "linear":
         return (LINEAR_HELD_REGISTERS if held else linear_register_need(steps)) + prefix
-    return map_register_need(problem, max(MIN_MAP_FLOATS // 2, steps * vec)) + prefix
+    return map_register_need(problem, max(MIN_MAP_FLOATS // 2, steps * vec), int(carry == "chained")) + prefix
 
 
-def map_register_need(problem: ScanProblem, map_values):
-    """The minGRU / minLSTM kernels' need for `map_values` = steps * vec (an int or a model expression) maps (a, b)
-    per thread (see REG_OVERHEAD)."""
-    return REG_OVERHEAD + (REG_FP16 if problem.dtype == "float16" else 0) + REG_PER_MAP_FLOAT * 2 * map_values
+def map_register_need(problem: ScanProblem, map_values, chained):
+    """The minGRU / minLSTM kernels' need for `map_values` = steps * vec maps (a, b) per thread, in chained segments
+    where `chained` is 1 (each an int or a model expression; see REG_OVERHEAD)."""
+    fp16 = REG_FP16 if problem.dtype == "float16" else 0
+    saved = fp16 + (REG_OVERHEAD - CHAINED_FORWARD_OVERHEAD if problem.direction == "forward" else 0)
+    return REG_OVERHEAD + fp16 + REG_PER_MAP_FLOAT * 2 * map_values - saved * chained
 
 
 def static_smem(threads_t: int, tile: int) -> int:
@@ -611,7 +619,7 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
         m.add(m.any_of([holds == 0, occ * threads * (LINEAR_HELD_REGISTERS + 8) > gpu.regs_per_sm]),
               name="held_steps_capped_at_their_need")
     else:
-        need = map_register_need(problem, steps * vec)
+        need = map_register_need(problem, steps * vec, chained)
         m.add(2 * steps * vec >= MIN_MAP_FLOATS, name="map_floats_at_least_min")
     need = need + resident * prefix_register_need(stages, vec)
     m.add(need <= gpu.max_regs_per_thread, name="max_regs_per_thread")

@@ -215,10 +215,11 @@ def pair():
     return (h, *torch.autograd.grad(h, xs, dy))
 with torch.no_grad():
     min_lstm_scan(*xs)
-eager = pair()
+eager = [t.detach() for t in pair()]  # h's autograd graph would keep the AccumulateGrad nodes of xs alive
 saved = min_lstm_scan(*xs)
 torch.autograd.grad(saved, xs, dy, retain_graph=True)
-del saved  # its graph's AccumulateGrad nodes of xs, bound to this stream, would stop torch capturing into xs
+del saved  # while an autograd graph holds the AccumulateGrad nodes of xs (bound to this stream), torch cannot
+# capture a backward into xs on another stream
 graph, outs = captured(pair)
 for o in outs:
     o.fill_(float("nan"))
@@ -232,8 +233,9 @@ sys.exit(0 if max(errors) <= 1e-6 else 1)
 
 def test_first_capture_in_a_process_of_a_cell_pair():
     """The first CUDA graph captured in a fresh process, of a fused min_lstm forward + backward of whole lanes after
-    eager calls of it (as a benchmark makes them: a forward alone, a pair, a backward of a kept forward, released
-    before the capture), captures and replays to the eager results into outputs poisoned with NaN."""
+    eager calls of it (as a benchmark makes them: a forward alone, a pair, a backward of a kept forward; no autograd
+    graph of them kept past the capture's start), captures and replays to the eager results into outputs poisoned
+    with NaN."""
     root = Path(__file__).resolve().parents[3]
     result = subprocess.run([sys.executable, "-c", _FIRST_CAPTURE], cwd=root, capture_output=True, text=True,
                             timeout=600)

@@ -6,6 +6,7 @@ divide without IEEE-rounded division (a slow-path branch in SASS)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -141,6 +142,25 @@ def test_thin_plans_follow_the_measured_carries():
                 assert direction == "backward" or (p.steps == 4 and p.threads_t <= 16)
                 with pytest.raises(constrint.Infeasible, match="no_resident_segments_for_the_cell_and_direction"):
                     carry_plan(p.problem, gpu, "resident")
+
+
+@pytest.mark.parametrize("gpu_name", ["H200-SXM-141GB", "H100-SXM5-80GB"])
+def test_chained_segments_need_fewer_registers(gpu_name):
+    """Chained segments plan the occupancy their kernels compile into without spills (scan_occupancy_ab_h100.md:
+    one block per SM more took 0.84-0.91x the time): the thin 16-bit forwards 3 blocks of 128 threads per SM (a cap of
+    168 registers, where whole lanes' need of their 32 map values is 192 / 208), the fp16 backwards a cap of 128 (whole
+    lanes' need 144); whole lanes keep their need."""
+    gpu = hwmodels.load(gpu_name)
+    for cell, dtype in itertools.product(("min_gru", "min_lstm"), ("bfloat16", "float16")):
+        forward = plan(ScanProblem.for_shape(cell, 1, 65536, 64, dtype, "forward"), gpu)
+        assert (forward.carry, forward.threads, forward.min_blocks, forward.regs_estimate) == ("chained", 128, 3, 168)
+        assert forward.steps * forward.vec == 32
+        assert register_need(forward.problem, forward.steps, forward.vec, 1, "whole") == (
+            192 if dtype == "bfloat16" else 208)
+        backward = plan(ScanProblem.for_shape(cell, 1, 65536, 64, dtype, "backward"), gpu)
+        assert backward.carry == "chained" and backward.regs_estimate == 128
+        assert register_need(backward.problem, backward.steps, backward.vec, 1, "whole") == (
+            128 if dtype == "bfloat16" else 144)
 
 
 @pytest.mark.parametrize("case", [((1, 32768, 64), "float32"), ((2, 16384, 64), "float32"), ((1, 5000, 256), "float32"),
