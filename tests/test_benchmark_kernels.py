@@ -139,8 +139,8 @@ GPU_SCRIPTS = {
     "bench_scan": [], "bench_step_products": [], "fused_packages_ab": [], "fused_plan_variants": [],
     "host_overhead": [], "load_engines_probe": [], "sanitize_case": [], "sanitize_scan": [],
     "scan_cell_pairs": ["--trees", "."],
-    "scan_graph_words_ab": [], "scan_occupancy_ab": [], "scan_pair_dram": [], "scan_pair_stamps": [],
-    "scan_pair_timeline": [],
+    "scan_graph_words_ab": [], "scan_model_plans_ab": [], "scan_occupancy_ab": [], "scan_pair_dram": [],
+    "scan_pair_stamps": [], "scan_pair_timeline": [],
     "scan_paired_forward_ab": [], "scan_probe_ab": [], "scan_wanted_grads_ab": [],
     "scan_zero_guard_ab": ["--before", "scan.cu"], "stream_partition_probe": [],
 }

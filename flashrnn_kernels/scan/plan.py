@@ -642,8 +642,6 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     segment_warps = min_resident_warps("resident", problem.direction, few_warps)
     m.add(occ * threads >= (whole_warps - (whole_warps - segment_warps) * resident) * gpu.warp_size,
           name="resident_warps")
-    preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")  # the objective's last tie-break
-    m.add(preferred == (occ if work.prefer_occupancy else 0), name="preferred_occupancy_definition")
     solo = m.int_var(0, 1, "chained_solo")  # a chained plan of one block per SM
     m.add(m.any_of([occ >= 2, solo == chained]), name="chained_solo_at_one_block")
     m.add(m.any_of([occ == 1, solo == 0]), name="chained_solo_only_at_one_block")
@@ -683,6 +681,14 @@ def build_model(problem: ScanProblem, gpu: hwmodels.GPUModel, few_warps: bool = 
     per_sm = _ceil_count(m, active, gpu.sm_count, B * dim * T, "blocks_on_busiest_sm")
     m.add(m.any_of([per_sm * threads >= work.busy_warps * gpu.warp_size, tt == max(POW2_ROWS)]),
           name="warps_on_busiest_sm_unless_rows_are_at_most")
+    # the objective's tie-break of more resident blocks, where blocks share an SM (a block alone on its SM gains
+    # nothing from room for more)
+    preferred = m.int_var(0, min(16, gpu.max_blocks_per_sm), "preferred_occupancy")
+    if work.prefer_occupancy:
+        m.add(m.any_of([per_sm == 1, preferred == occ]), name="preferred_occupancy_where_blocks_share_an_sm")
+        m.add(m.any_of([per_sm >= 2, preferred == 0]), name="no_preferred_occupancy_for_blocks_alone")
+    else:
+        m.add(preferred == 0, name="no_preferred_occupancy")
     if work.whole_row_bytes and dim * esize >= work.whole_row_bytes:
         m.add(m.any_of([split == 1, tile * esize == work.whole_row_bytes]), name="whole_lane_row_bytes")
     seg_chunks = _ceil_count(m, chunks, segments, T, "chunks_per_segment")
@@ -742,9 +748,11 @@ def objective(m: constrint.Model):
     steps 16.6 us; the gate cells' forward above; on the H100, whose bandwidth bound hides the backward's
     chained_off_ns, the linear backward's 8 steps in 8 x 32 threads took 0.79-0.90x the bf16 pairs' time of 16 steps in
     8 x 16 and 0.99-1.01x the fp32 ones', results/scan_backward_plans_h100.md), then fewer rows (shorter phase 2), more
-    threads along D, then, for the linear scan (WorkModel.prefer_occupancy), more resident blocks per SM (H200,
-    linear_scan [8, 4096, 1536] fp32, blocks of 16 x 4 threads: 4 steps and 4 stages, 6 blocks per SM, 146.7 us; 8
-    steps and 3 stages, 4 blocks, 161.3 us), then
+    threads along D, then, for the linear scan (WorkModel.prefer_occupancy), more resident blocks per SM where blocks
+    share an SM (H200, linear_scan [8, 4096, 1536] fp32, blocks of 16 x 4 threads: 4 steps and 4 stages, 6 blocks per
+    SM, 146.7 us; 8 steps and 3 stages, 4 blocks, 161.3 us; where each block is alone on its SM, as the 96 lanes of a
+    bf16 [8, T, 1536] backward, room for more gains nothing: on the H100 its tie went to 2 steps in 4 stages at 3 per
+    SM, 1.33-1.39x the time of 8 steps in 2 stages at T = 1,024-16,384, results/scan_model_plans_h100.log), then
     fewer stages (less shared memory, so more blocks per SM where it limits them; for resident segments also fewer
     registers: prefix_register_need), then fewer steps per thread, then fewer threads along D (where the term above
     no longer tells them apart: chained blocks half as wide at two per SM took 0.895-0.996x the time,

@@ -144,6 +144,20 @@ def test_thin_plans_follow_the_measured_carries():
                     carry_plan(p.problem, gpu, "resident")
 
 
+def test_more_resident_blocks_win_ties_only_where_blocks_share_an_sm():
+    """The linear scan's tie-break of more resident blocks per SM: at [8, T, 1536] the fp32 forward's 192 lanes share
+    SMs, and 6 blocks of 4 steps in 4 stages win (H200, 146.7 us against 161.3 us for 4 blocks of 8 steps in 3); the
+    bf16 backward's 96 lanes are alone on their SMs, and on the H100 the tie goes to fewer stages, 8 steps in 2
+    (0.72-0.75x the time of 2 steps in 4 stages at 3 per SM, scan_model_plans_h100.log)."""
+    h200, h100 = hwmodels.load("H200-SXM-141GB"), hwmodels.load("H100-SXM5-80GB")
+    fp32 = plan(ScanProblem.for_shape("linear", 8, 4096, 1536, "float32", "forward"), h200)
+    assert (fp32.carry, fp32.steps, fp32.stages, fp32.min_blocks) == ("whole", 4, 4, 6)
+    for T in (1024, 4096, 16384):
+        bf16 = plan(ScanProblem.for_shape("linear", 8, T, 1536, "bfloat16", "backward"), h100)
+        assert (bf16.carry, bf16.threads_d, bf16.threads_t, bf16.steps, bf16.stages) == ("whole", 16, 8, 8, 2), bf16
+        assert 8 * bf16.d_tiles(1536) < h100.sm_count
+
+
 @pytest.mark.parametrize("gpu_name", ["H200-SXM-141GB", "H100-SXM5-80GB"])
 def test_chained_segments_need_fewer_registers(gpu_name):
     """Chained segments plan the occupancy their kernels compile into without spills (scan_occupancy_ab_h100.md:
