@@ -12,11 +12,11 @@ shape by static_assert. The problem carries B and T rounded up to powers of two 
 serves every shape of its bucket; the number of segments is chosen at launch (`segments`).
 
 Registers: the minGRU / minLSTM kernels keep their steps' maps (a, b), 2 * steps * vec fp32 values, in registers
-from the gates to the outputs; the need is REG_OVERHEAD + REG_PER_MAP_FLOAT per value. The linear kernel reads its
-maps back from the staged inputs and needs LINEAR_REGISTERS (LINEAR_REGISTERS_16 at 16 steps). The launch bounds
-cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_blocks only where that cap covers the
-need, and the cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan compiles under it without
-spills.
+from the gates to the outputs; the need is REG_OVERHEAD (less in chained segments) + REG_PER_MAP_FLOAT per value.
+The linear kernel reads its maps back from the staged inputs and needs LINEAR_REGISTERS (LINEAR_REGISTERS_16 at 16
+steps). The launch bounds cap ptxas at regs_per_sm / (threads * min_blocks), so the model admits min_blocks only
+where that cap covers the need, and the cap is the plan's `regs_estimate`; the nvcc test checks every rendered plan
+compiles under it without spills.
 
 Time model (ns), the objective: B * ceil(D / tile) lanes times `segments` blocks; ceil(blocks / slots) waves (one for
 resident segments), each as long as the slowest of: a block's DRAM bytes (with its published words) at its share of the
