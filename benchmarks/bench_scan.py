@@ -37,6 +37,7 @@ import functools
 import importlib
 import itertools
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -49,13 +50,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import (plot, relative_error, require_cuda, time_cuda, time_graph, time_host,  # noqa: E402
-                               write_results)
+from common import plot, relative_error, require_cuda, time_cuda, time_graph, time_host, write_results  # noqa: E402
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
 from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, WORK_MODELS, carry_plan, estimate_ns,  # noqa: E402
                                         kernel_plan_for_carry, register_cap, register_need)
+from scan_plan_runs import outputs, plan_runs  # noqa: E402
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)
 SEQUENTIAL_MAX_T = 1024
@@ -415,19 +416,11 @@ def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directi
     precompile([trial.source() for *_, trials in jobs for trial in trials])
     rows = []
     for cell, dname, direction, shape, chosen, gpu, trials in jobs:
-        dtype, n = THIN_DTYPES[dname], chosen.problem.input_count
-        inputs = tuple(torch.randn(*shape, device="cuda").to(dtype) for _ in range(n))
-        extra = {}
-        if direction == "backward":
-            extra = {"dy": torch.randn(*shape, device="cuda").to(dtype),
-                     "h": run_scan(cell, "forward", inputs, None)[0]}
-        moved = chosen.problem.traffic_elements * inputs[0].numel() * inputs[0].element_size()
-        expected = None
-        for trial in trials:  # the solver's plan first
-            run = functools.partial(run_scan, cell, direction, inputs, None, **extra, kernel_plan=trial)
-            got = run()[:n]
-            expected = got if expected is None else expected
-            err = max(relative_error(g, e) for g, e in zip(got, expected))
+        runs = plan_runs(cell, direction, shape, THIN_DTYPES[dname], dict(enumerate(trials)))
+        moved = chosen.problem.traffic_elements * math.prod(shape) * THIN_DTYPES[dname].itemsize
+        expected = outputs(runs[0])  # the solver's plan's
+        for trial, run in zip(trials, runs.values()):
+            err = max(relative_error(g, e) for g, e in zip(outputs(run), expected))
             (_, ms), terr = _time(run)
             rows.append({"cell": cell, "direction": direction, "dtype": dname, "shape": "x".join(map(str, shape)),
                          "threads_d": trial.threads_d, "threads_t": trial.threads_t, "vec": trial.vec,
@@ -437,7 +430,7 @@ def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directi
                          "% of copy": 100 * moved / (ms * 1e-3) / copy_bw,
                          "rel err vs solver's plan": err, "error": terr or ""})
             print(rows[-1], flush=True)
-        del inputs, extra
+        del runs
     return rows
 
 

@@ -7,9 +7,6 @@ of one saved forward, retain_graph) and the pair (autograd.grad of a fresh forwa
 CUDA-event-timed calls ("ev": what a caller sees), and the pair and the forward in CUDA graphs of 10 calls ("graph":
 device time). Inputs are random (pre-activations from randn), fresh per tree.
 
-A tree given as PATH:plain-whole runs with its whole-lane launches plain instead of programmatic (dependent)
-launches (`plain_whole_launches`), beside the same PATH as shipped.
-
 Usage: python benchmarks/scan_cell_pairs.py --trees OLD NEW [--rounds 2] [--cases min_gru:1x65536x64:bfloat16,...]
                                            [--name scan_cell_pairs] [--note TEXT]
        python benchmarks/scan_cell_pairs.py --table LOG [--note TEXT]   (the table of a saved log of such a run)
@@ -88,20 +85,9 @@ def measure_tree(cases: list) -> dict[str, float | str]:
     return out
 
 
-def plain_whole_launches() -> None:
-    """Make this process's whole-lane scan launches plain ones (scan.function.programmatic_launch false for them),
-    other carries as shipped."""
-    from flashrnn_kernels.scan import function
-
-    shipped = function.programmatic_launch
-    function.programmatic_launch = lambda p: p.carry != "whole" and shipped(p)
-
-
 def run_job(job: dict, opts: dict) -> dict[str, float | str]:
-    """One worker's job: the tree at job["path"] measured (with its whole-lane launches plain for "plain-whole")."""
+    """One worker's job: the tree at job["path"] measured."""
     sys.path.insert(0, job["path"])
-    if job["variant"]:
-        plain_whole_launches()
     return measure_tree([(cell, tuple(shape), dtype) for cell, shape, dtype in job["cases"]])
 
 
@@ -145,21 +131,17 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if not args.trees:
             parser.error("give --trees (or --table LOG)")
-        for tree in args.trees:
-            if tree.partition(":")[2] not in ("", "plain-whole"):
-                parser.error(f"unknown variant in {tree!r}: give PATH or PATH:plain-whole")
         common.require_cuda("scan_cell_pairs")
         lines, log = [f"measured on: {common.machine_line()}"], common.results_dir() / f"{args.name}.log"
         log.write_text(lines[0] + "\n")
         for r in range(1, args.rounds + 1):
             for tree in args.trees:
-                path, sep, variant = tree.partition(":")
-                job = {"path": str(Path(path).resolve()), "variant": variant, "cases": cases}
+                job = {"path": str(Path(tree).resolve()), "cases": cases}
                 result = common.run_isolated(str(Path(__file__).resolve()), [job], {},
                                              job_timeout_s=args.job_timeout_s)[0]
                 outcome = (f"FAILED {'; '.join(result['errors'])}" if "errors" in result
                            else f"RESULT {json.dumps(result)}")
-                lines.append(f"round {r} tree {Path(job['path']).name}{sep}{variant} {outcome}")
+                lines.append(f"round {r} tree {Path(job['path']).name} {outcome}")
                 with log.open("a") as out:  # line by line: a run cut short keeps its rounds so far (--table)
                     out.write(lines[-1] + "\n")
                 print(lines[-1][:200], flush=True)

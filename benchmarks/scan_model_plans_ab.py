@@ -10,16 +10,14 @@ Writes scan_model_plans_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/res
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
-import statistics
 
 import hwmodels
 import torch
 
 import common
+import scan_plan_runs
 from flashrnn_kernels.runtime.compile import precompile
-from flashrnn_kernels.scan import function
 from flashrnn_kernels.scan.plan import ScanPlan, plan
 from flashrnn_kernels.scan.problem import ScanProblem
 
@@ -52,23 +50,10 @@ def main() -> None:
     precompile([q.source() for *_, plans in jobs for q in plans.values()])
     rows = []
     for cell, dtype, direction, shape, plans in jobs:
-        torch_dtype, count = getattr(torch, dtype), next(iter(plans.values())).problem.input_count
-        # linear_scan's decays a in [0, 1); the gate cells' pre-activations from randn
-        draws = [torch.rand if cell == "linear" and i == 0 else torch.randn for i in range(count)]
-        inputs = tuple(draw(shape, device="cuda").to(torch_dtype) for draw in draws)
-        extra = {}
-        if direction == "backward":
-            extra = {"dy": torch.randn(shape, device="cuda").to(torch_dtype),
-                     "h": function.run_scan(cell, "forward", inputs, None)[0]}
-        runs = {name: functools.partial(function.run_scan, cell, direction, inputs, None, **extra, kernel_plan=q)
-                for name, q in plans.items()}
-        outputs = {name: [t.clone() for t in run() if t is not None] for name, run in runs.items()}
-        diff = max(common.relative_error(a, b) for a, b in zip(*outputs.values()))
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                times[name].append(common.time_graph(run))
-        us = [statistics.median(times[name]) * 1e3 for name in names]
+        runs = scan_plan_runs.plan_runs(cell, direction, shape, getattr(torch, dtype), plans)
+        diff = scan_plan_runs.largest_difference(runs)
+        times = scan_plan_runs.alternating_us(runs, args.rounds)
+        us = [times[name] for name in names]
         rows.append({"cell": cell, "dtype": dtype, "direction": direction, "shape": "x".join(map(str, shape)),
                      **{f"{name} plan": describe(plans[name]) for name in names},
                      **{f"{name} us": round(t, 2) for name, t in zip(names, us)},

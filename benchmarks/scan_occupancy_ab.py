@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import itertools
-import statistics
 
 import hwmodels
 import torch
 
 import common
+import scan_plan_runs
 from flashrnn_kernels.runtime.compile import precompile
 from flashrnn_kernels.scan import function
 from flashrnn_kernels.scan.plan import ScanPlan, register_cap
@@ -57,22 +56,11 @@ def main() -> None:
     precompile([q.source() for *_, plans in jobs for q in plans.values()])
     rows = []
     for cell, dtype, direction, shape, plans in jobs:
-        n = plans["solver"].problem.input_count
-        inputs = tuple(torch.randn(shape, device="cuda").to(dtype) for _ in range(n))
-        extra = {}
-        if direction == "backward":
-            extra = {"dy": torch.randn(shape, device="cuda").to(dtype),
-                     "h": function.run_scan(cell, "forward", inputs, None)[0]}
-        runs = {name: functools.partial(function.run_scan, cell, direction, inputs, None, **extra, kernel_plan=q)
-                for name, q in plans.items()}
-        outputs = {name: [t.clone() for t in run()[:n]] for name, run in runs.items()}
-        diff = max(common.relative_error(a, b) for a, b in zip(outputs["one more"], outputs["solver"]))
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                times[name].append(common.time_graph(run))
+        runs = scan_plan_runs.plan_runs(cell, direction, shape, dtype, plans)
+        diff = scan_plan_runs.largest_difference(runs)
+        times = scan_plan_runs.alternating_us(runs, args.rounds)
+        solver, more = times["solver"], times["one more"]
         kernels = {name: function._kernel(q, torch.cuda.current_device()) for name, q in plans.items()}
-        solver, more = (statistics.median(times[name]) * 1e3 for name in runs)
         rows.append({"cell": cell, "dtype": str(dtype)[6:], "direction": direction, "shape": "x".join(map(str, shape)),
                      "carry": plans["solver"].carry, "threads": plans["solver"].threads,
                      "blocks per SM": f"{plans['solver'].min_blocks} -> {plans['one more'].min_blocks}",

@@ -188,22 +188,6 @@ def test_scan_cell_pairs_parses_cases(monkeypatch):
             pairs.parse_cases(bad)
 
 
-def test_scan_cell_pairs_plain_whole_launches(monkeypatch):
-    """scan_cell_pairs' plain-whole variant turns off the programmatic launch of whole-lane plans alone."""
-    from flashrnn_kernels.scan import function
-
-    monkeypatch.syspath_prepend(str(KERNELS.parent))
-    pairs = importlib.import_module("scan_cell_pairs")
-    monkeypatch.setattr(function, "programmatic_launch", lambda p: True)
-    monkeypatch.setattr(function, "_kernel", lambda p, device: None)
-    pairs.plain_whole_launches()
-    gpu = hwmodels.load("H200-SXM-141GB")
-    for shape, carry in (((8, 4096, 1536), "whole"), ((1, 65536, 64), "chained")):
-        p = plan(ScanProblem.for_shape("min_lstm", *shape, "float32", "backward"), gpu)
-        assert p.carry == carry
-        assert function._launch_of(p, *shape, 4, 0).programmatic is (carry != "whole")
-
-
 def _occupancy_ab(monkeypatch):
     monkeypatch.syspath_prepend(str(KERNELS.parent))
     return importlib.import_module("scan_occupancy_ab")
