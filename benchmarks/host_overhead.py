@@ -4,7 +4,10 @@ For a short scan (linear_scan [8, 256, 1536] fp32) and a fused LSTM forward (12 
 reports the CUDA-event time of one call (what the benchmarks measure), the device time of its kernels (torch
 profiler), and the host time of one call made on an idle GPU (so that a full launch queue cannot block it); the scan's
 launch and its eager forward+backward also as programmatic dependent launches (cuLaunchKernelEx) against plain ones
-(cuLaunchKernel); then a cProfile of calls on an idle GPU, sorted by own time. Results: results/host_overhead.md and
+(cuLaunchKernel); its forward+backward with the backward on the calling thread instead of autograd's device thread,
+the launcher's two launches without autograd, autograd over torch's own a * b and accelerated-scan's warp kernel on
+the same problem as reference points; then a cProfile of calls on an idle GPU (backwards on the calling thread, so
+that it sees them), sorted by own time. Results: results/host_overhead.md and
 host_overhead_profile.txt.
 """
 from __future__ import annotations
@@ -67,6 +70,28 @@ def plain_launches(fn):
     return call
 
 
+def one_thread(fn):
+    """`fn` with autograd's backward run on the calling thread (torch.autograd.set_multithreading_enabled(False)), not
+    handed to its device thread; the profile below then sees the backward's Python."""
+    def call():
+        with torch.autograd.set_multithreading_enabled(False):
+            return fn()
+    return call
+
+
+def accelerated_scan_pair(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) -> dict:
+    """accelerated-scan 0.3.1's warp kernel, forward+backward on the same values in its [B, D, T] layout, where the
+    package is importable (none otherwise)."""
+    try:
+        from accelerated_scan.warp import scan
+    except ImportError:
+        return {}
+    gates, tokens = (t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (a, b))
+    grad = dy.transpose(1, 2).contiguous()
+    return {"accelerated-scan warp forward+backward (same problem)": lambda: torch.autograd.grad(
+        scan(gates, tokens), (gates, tokens), grad)}
+
+
 def scan_launch(*args, **kwargs) -> tuple[tuple, dict]:
     """The positional and keyword arguments of the launch() that run_scan(*args, **kwargs) makes (made here once,
     then not launched), so that the launch cases below pass the kernel exactly what the launcher does."""
@@ -103,6 +128,13 @@ def cases() -> dict:
             linear_scan(a_grad, b_grad), (a_grad, b_grad), dy),
         "linear_scan forward+backward (plain launches)": plain_launches(lambda: torch.autograd.grad(
             linear_scan(a_grad, b_grad), (a_grad, b_grad), dy)),
+        "linear_scan forward+backward, backward on the calling thread": one_thread(lambda: torch.autograd.grad(
+            linear_scan(a_grad, b_grad), (a_grad, b_grad), dy)),
+        "run_scan forward + backward (launcher, no autograd)": lambda: run_scan(
+            "linear", "backward", (a, b), None, dy, run_scan("linear", "forward", (a, b), None)[0]),
+        "autograd.grad of a * b (torch's own op, reference point)": lambda: torch.autograd.grad(
+            a_grad * b_grad, (a_grad, b_grad), dy),
+        **accelerated_scan_pair(a_grad, b_grad, dy),
         "fused LSTM 12x64 B=16 T=1024 bf16 forward": lambda: flashrnn(Wx, R, bias, backend="fused"),
         "torch.empty_like (reference point)": lambda: torch.empty_like(empty),
     }
@@ -115,11 +147,11 @@ def main() -> None:
         event_ms = time_cuda(fn, warmup=20, repeat=200)
         rows.append({"call": name, "event ms (one call)": event_ms, "kernel us per call": device_us(fn),
                      "host us per call (idle GPU)": host_us(fn)})
-        profiler = cProfile.Profile()
+        profiler, profiled = cProfile.Profile(), one_thread(fn)  # the backward's Python on this thread too
         for _ in range(CALLS):
             torch.cuda.synchronize()
             profiler.enable()
-            fn()
+            profiled()
             profiler.disable()
         torch.cuda.synchronize()
         text = io.StringIO()
