@@ -243,7 +243,7 @@ WORK_MODELS = {
                          fast_element_ns=(50, 200), chained_ns=0, chained_ns_paired=0,
                          chained_step_ns=(0, 3000), chained_steps=(4, 4), chained_backward_elements=0,
                          chained_max_rows=16,
-                         chained_off_ns=(2000, 0), prefer_occupancy=False, chained_solo_ns=(0, 0),
+                         chained_off_ns=(2000, 0), prefer_occupancy=False, chained_solo_ns=(2000, 0),
                          chained_ns_in_l2=0, chained_sparse_ns=0,
                          prefer_small_blocks=True, resident=(False, False)),
 }
@@ -288,7 +288,12 @@ away from chained_steps (the plans of 8 steps had taken 53.7 / 67.7 us). Its thr
 with decays near 1 (minGRU, k ~ -12, [2, 20000, 64] fp32) the forward's error against fp64 grew with them, 7.7e-6 /
 1.4e-5 / 2.7e-5 at 8 / 16 / 32 rows of 4 steps, where the sequential fp32 loop's is 0.8-1.3e-5. Resident segments run
 their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and backward,
-bf16 backward), so they are not offered.
+bf16 backward), so they are not offered. A chained forward alone on its SM (one block of 8 or 16 warps) ran slower
+than the same work at 2 or more blocks per SM, which the waves' model tied or ranked 1% apart: on an H100 the plans
+moved off one block per SM took 0.77-0.93x the forward's time and 0.92-0.98x the pair's in CUDA graphs (minLSTM fp32
+[1, 65536, 64] forward 45.0 -> 38.6 us, bf16 [2, 32768, 128] 55.7 -> 43.0, fp16 [1, 65536, 256] 105 -> 82; minGRU
+fp32 [2, 32768, 128] 63.0 -> 56.9; results/scan_lone_chained_ab_h100.md, 2 alternating rounds). Hence their forwards'
+chained_solo_ns, 2000 per wave, as for the linear scan's lone blocks.
 
 The linear scan's backward is not offered resident segments either, and its chained blocks run best at 8 steps per
 thread: timed where it runs, right after the forward (a CUDA graph of the forward, solver's plan, and the backward,

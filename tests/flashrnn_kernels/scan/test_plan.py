@@ -177,6 +177,25 @@ def test_chained_segments_need_fewer_registers(gpu_name):
             128 if dtype == "bfloat16" else 144)
 
 
+@pytest.mark.parametrize("gpu_name", ["H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "B200"])
+def test_gate_cell_chained_forwards_share_their_sm(gpu_name):
+    """minGRU / minLSTM chained forwards run at least 2 blocks per SM: alone on its SM, a block took 1.08-1.30x the
+    forward time of the plans that replaced it (scan_lone_chained_ab_h100.md), where the time model without
+    chained_solo_ns had tied them; the H100's thin fp32 minLSTM forward, alone before, runs 2 blocks of 4 steps."""
+    gpu, chained = hwmodels.load(gpu_name), 0
+    for cell, dtype, shape in itertools.product(("min_gru", "min_lstm"), ("float32", "bfloat16", "float16"),
+                                                ((1, 65536, 64), (2, 32768, 128), (1, 65536, 256), (4, 8192, 128),
+                                                 (1, 262144, 64))):
+        for paired in (False, True):
+            p = plan(ScanProblem.for_shape(cell, *shape, dtype, "forward", paired=paired), gpu)
+            chained += p.carry == "chained"
+            assert p.carry != "chained" or p.min_blocks >= 2, p
+    assert chained >= 40
+    if gpu_name == "H100-SXM5-80GB":
+        p = plan(ScanProblem.for_shape("min_lstm", 1, 65536, 64, "float32", "forward"), gpu)
+        assert (p.threads_d, p.threads_t, p.steps, p.min_blocks) == (16, 16, 4, 2), p
+
+
 @pytest.mark.parametrize("case", [((1, 32768, 64), "float32"), ((2, 16384, 64), "float32"), ((1, 5000, 256), "float32"),
                                   ((16, 1000, 128), "float32"), ((4, 8192, 128), "bfloat16"),
                                   ((16, 1000, 256), "bfloat16"), ((8, 5000, 64), "bfloat16")])
