@@ -290,7 +290,7 @@ with decays near 1 (minGRU, k ~ -12, [2, 20000, 64] fp32) the forward's error ag
 their chunks' gate math twice: measured 1.2-2.6x slower than chained ones for these cells (fp32 forward and backward,
 bf16 backward), so they are not offered. A chained forward alone on its SM (one block of 8 or 16 warps) ran slower
 than the same work at 2 or more blocks per SM, which the waves' model tied or ranked 1% apart: on an H100 the plans
-moved off one block per SM took 0.77-0.93x the forward's time and 0.92-0.98x the pair's in CUDA graphs (minLSTM fp32
+moved off one block per SM took 0.77-0.99x the forward's time and 0.91-0.98x the pair's in CUDA graphs (minLSTM fp32
 [1, 65536, 64] forward 45.0 -> 38.6 us, bf16 [2, 32768, 128] 55.7 -> 43.0, fp16 [1, 65536, 256] 105 -> 82; minGRU
 fp32 [2, 32768, 128] 63.0 -> 56.9; results/scan_lone_chained_ab_h100.md, 2 alternating rounds). Hence their forwards'
 chained_solo_ns, 2000 per wave, as for the linear scan's lone blocks.

@@ -179,7 +179,7 @@ def test_chained_segments_need_fewer_registers(gpu_name):
 
 @pytest.mark.parametrize("gpu_name", ["H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB", "B200"])
 def test_gate_cell_chained_forwards_share_their_sm(gpu_name):
-    """minGRU / minLSTM chained forwards run at least 2 blocks per SM: alone on its SM, a block took 1.08-1.30x the
+    """minGRU / minLSTM chained forwards run at least 2 blocks per SM: alone on its SM, a block took 1.01-1.30x the
     forward time of the plans that replaced it (scan_lone_chained_ab_h100.md), where the time model without
     chained_solo_ns had tied them; the H100's thin fp32 minLSTM forward, alone before, runs 2 blocks of 4 steps."""
     gpu, chained = hwmodels.load(gpu_name), 0
