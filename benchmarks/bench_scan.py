@@ -581,7 +581,7 @@ def main(argv=None) -> list[dict]:
                         help="only the linear_scan backward's block shapes timed after a forward (CONTEXT_SHAPES)")
     parser.add_argument("--gate-sweep", nargs="?", const="min_gru,min_lstm", metavar="CELLS",
                         help="only the whole-lane block-shape sweep (GATE_GRID) of these minGRU / minLSTM kernels at "
-                             "GATE_SHAPES (--thin-dtypes, --thin-directions choose dtypes and directions)")
+                             "GATE_SHAPES or --shapes (--thin-dtypes, --thin-directions choose dtypes and directions)")
     parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
@@ -610,8 +610,9 @@ def main(argv=None) -> list[dict]:
                             title="linear_scan backward after a forward: chained and resident block shapes"))
         return rows
     if args.gate_sweep:
+        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else None
         rows = gate_sweep(copy_bw, tuple(args.gate_sweep.split(",")), tuple(args.thin_dtypes.split(",")),
-                          tuple(args.thin_directions.split(",")))
+                          tuple(args.thin_directions.split(",")), shapes or GATE_SHAPES)
         print(write_results("scan_gate_sweep", rows, title="minGRU / minLSTM kernels: whole-lane block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
