@@ -591,6 +591,7 @@ def main(argv=None) -> list[dict]:
                            flush=lambda rows: Path(out).write_text(json.dumps(rows)))
     require_cuda("bench_scan")
     copy_bw = copy_bandwidth()
+    given = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else None
     if args.plans:
         rows = plan_sweep(copy_bw)
         print(write_results("scan_plans", rows, title="linear_scan forward: the solver's plan and its neighbours",
@@ -610,9 +611,8 @@ def main(argv=None) -> list[dict]:
                             title="linear_scan backward after a forward: chained and resident block shapes"))
         return rows
     if args.gate_sweep:
-        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else None
         rows = gate_sweep(copy_bw, tuple(args.gate_sweep.split(",")), tuple(args.thin_dtypes.split(",")),
-                          tuple(args.thin_directions.split(",")), shapes or GATE_SHAPES)
+                          tuple(args.thin_directions.split(",")), given or GATE_SHAPES)
         print(write_results("scan_gate_sweep", rows, title="minGRU / minLSTM kernels: whole-lane block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
@@ -623,9 +623,7 @@ def main(argv=None) -> list[dict]:
         return rows
     thin = (1, 65536, 64)  # shapes are [B, T, D]: the issue's [8, 1536, T] and [1, 64, 65536] in (B, D, T) order
     wide = [(8, T, 1536) for T in ((4096,) if args.quick else WIDE_T)]
-    shapes = [thin] + wide
-    if args.shapes:
-        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
+    shapes = given or [thin] + wide
     rows = []
     for shape in shapes:
         for dname in DTYPES:
