@@ -50,7 +50,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import plot, relative_error, require_cuda, time_cuda, time_graph, time_host, write_results  # noqa: E402
+from common import (parse_dims_list, plot, relative_error, require_cuda, time_cuda, time_graph, time_host,  # noqa: E402
+                    write_results)
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
@@ -582,7 +583,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--gate-sweep", nargs="?", const="min_gru,min_lstm", metavar="CELLS",
                         help="only the whole-lane block-shape sweep (GATE_GRID) of these minGRU / minLSTM kernels at "
                              "GATE_SHAPES or --shapes (--thin-dtypes, --thin-directions choose dtypes and directions)")
-    parser.add_argument("--shapes", help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
+    parser.add_argument("--shapes", type=parse_dims_list,
+                        help="comma-separated BxTxD shapes instead of the default set (e.g. 1x65536x64)")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # internal: one (shape, dtype) in a child process
     args = parser.parse_args(argv)
     if args.group:
@@ -591,7 +593,6 @@ def main(argv=None) -> list[dict]:
                            flush=lambda rows: Path(out).write_text(json.dumps(rows)))
     require_cuda("bench_scan")
     copy_bw = copy_bandwidth()
-    given = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else None
     if args.plans:
         rows = plan_sweep(copy_bw)
         print(write_results("scan_plans", rows, title="linear_scan forward: the solver's plan and its neighbours",
@@ -612,7 +613,7 @@ def main(argv=None) -> list[dict]:
         return rows
     if args.gate_sweep:
         rows = gate_sweep(copy_bw, tuple(args.gate_sweep.split(",")), tuple(args.thin_dtypes.split(",")),
-                          tuple(args.thin_directions.split(",")), given or GATE_SHAPES)
+                          tuple(args.thin_directions.split(",")), args.shapes or GATE_SHAPES)
         print(write_results("scan_gate_sweep", rows, title="minGRU / minLSTM kernels: whole-lane block shapes",
                             notes=[f"Device-to-device copy in this run: {copy_bw / 1e12:.3f} TB/s."]))
         return rows
@@ -623,7 +624,7 @@ def main(argv=None) -> list[dict]:
         return rows
     thin = (1, 65536, 64)  # shapes are [B, T, D]: the issue's [8, 1536, T] and [1, 64, 65536] in (B, D, T) order
     wide = [(8, T, 1536) for T in ((4096,) if args.quick else WIDE_T)]
-    shapes = given or [thin] + wide
+    shapes = args.shapes or [thin] + wide
     rows = []
     for shape in shapes:
         for dname in DTYPES:

@@ -457,6 +457,23 @@ def parse_shapes(text: str, every: tuple[tuple[int, int], ...]) -> tuple[tuple[i
         raise argparse.ArgumentTypeError(f"shapes must look like '64:12,768:1' (DH:NH pairs) or 'all', got {text!r}")
 
 
+def parse_dims(text: str, count: int = 3) -> tuple[int, ...]:
+    """``'8x4096x1536'`` -> ``(8, 4096, 1536)``: ``count`` positive integers joined by ``x`` (an argparse type)."""
+    try:
+        dims = tuple(int(v) for v in text.split("x"))
+    except ValueError:
+        dims = ()
+    if len(dims) != count or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"expected {count} positive integers joined by 'x' (e.g. 8x4096x1536), "
+                                         f"got {text!r}")
+    return dims
+
+
+def parse_dims_list(text: str) -> list[tuple[int, ...]]:
+    """Comma-separated :func:`parse_dims`: ``'1x65536x64,8x4096x1536'`` (an argparse type)."""
+    return [parse_dims(item) for item in text.split(",")]
+
+
 def probe_source(source: str, patches: Sequence[tuple[str, str]]) -> str:
     """A kernel source for a probe build: each (anchor, text) of `patches` inserts text before its anchor, which must
     occur exactly once (a changed kernel source fails loudly instead of building an unpatched probe)."""

@@ -41,7 +41,7 @@ def parse_cases(text: str) -> list[tuple[str, tuple[int, ...], str]]:
                 or not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*", parts[1])):
             raise ValueError(f"bad case {item!r}: give cell:BxTxD:dtype, cell min_gru or min_lstm, dtype float32, "
                              "bfloat16 or float16")
-        cases.append((parts[0], tuple(int(v) for v in parts[1].split("x")), parts[2]))
+        cases.append((parts[0], common.parse_dims(parts[1]), parts[2]))
     return cases
 
 

@@ -31,7 +31,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="H100-SXM5-80GB,H200-SXM-141GB", help="two hwmodels names")
     parser.add_argument("--cells", default="linear")
-    parser.add_argument("--shapes", default="8x1024x1536,8x4096x1536,8x16384x1536", help="comma-separated BxTxD")
+    parser.add_argument("--shapes", type=common.parse_dims_list, default="8x1024x1536,8x4096x1536,8x16384x1536",
+                        help="comma-separated BxTxD")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -40,10 +41,9 @@ def main() -> None:
         parser.error(f"--models takes two GPU model names, got {args.models!r}")
     models = {name: hwmodels.load(name) for name in names}
     common.require_cuda("scan_model_plans_ab")
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     jobs = []
     for cell, dtype, direction, shape in itertools.product(args.cells.split(","), args.dtypes.split(","),
-                                                           ("forward", "backward"), shapes):
+                                                           ("forward", "backward"), args.shapes):
         plans = {name: plan(ScanProblem.for_shape(cell, *shape, dtype, direction), gpu)
                  for name, gpu in models.items()}
         jobs.append((cell, dtype, direction, shape, plans))

@@ -42,10 +42,10 @@ def one_block_more(p: ScanPlan, gpu: hwmodels.GPUModel) -> ScanPlan | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--shapes", help="comma-separated BxTxD (default: SHAPES)")
+    parser.add_argument("--shapes", type=common.parse_dims_list, help="comma-separated BxTxD (default: SHAPES)")
     args = parser.parse_args()
     common.require_cuda("scan_occupancy_ab")
-    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES)
+    shapes = args.shapes or SHAPES
     gpu = function._device_gpu(torch.cuda.current_device())
     jobs = []
     for cell, dtype, direction, shape in itertools.product(CELLS, DTYPES, DIRECTIONS, shapes):

@@ -21,13 +21,13 @@ from scan_pair_timeline import DTYPES, _elementwise_pair, pair_graph
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", default="1x65536x64")
+    parser.add_argument("--shape", type=common.parse_dims, default="1x65536x64")
     parser.add_argument("--dtype", default="fp32")
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--replays", type=int, default=2)
     args = parser.parse_args()
     common.require_cuda("scan_pair_dram")
-    shape = tuple(int(v) for v in args.shape.split("x"))
+    shape = args.shape
     dtype = DTYPES[args.dtype]
     a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype).requires_grad_()
     b = torch.randn(shape, device="cuda").to(dtype).requires_grad_()

@@ -77,7 +77,7 @@ def summary(name: str, stamps: np.ndarray, slots: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="1x65536x64")
+    parser.add_argument("--shapes", type=common.parse_dims_list, default="1x65536x64")
     parser.add_argument("--dtypes", default="fp32,bf16")
     args = parser.parse_args()
     common.require_cuda("scan_pair_stamps")
@@ -87,8 +87,8 @@ def main() -> None:
     scan_function._launches.clear()
     rows = []
     slots_of = {}
-    for shape_text in args.shapes.split(","):
-        shape = tuple(int(v) for v in shape_text.split("x"))
+    for shape in args.shapes:
+        shape_text = "x".join(map(str, shape))
         for dname in args.dtypes.split(","):
             dtype = DTYPES[dname]
             a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype).requires_grad_()

@@ -138,14 +138,14 @@ def timeline(scan, a, b, dy, pairs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="1x65536x64,8x4096x1536")
+    parser.add_argument("--shapes", type=common.parse_dims_list, default="1x65536x64,8x4096x1536")
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--pairs", type=int, default=10)
     args = parser.parse_args()
     common.require_cuda("scan_pair_timeline")
     rows = []
-    for shape_text in args.shapes.split(","):
-        shape = tuple(int(v) for v in shape_text.split("x"))
+    for shape in args.shapes:
+        shape_text = "x".join(map(str, shape))
         for dname in args.dtypes.split(","):
             dtype = DTYPES[dname]
             a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)

@@ -71,7 +71,7 @@ def _chained(p, shape: str):
     shape, _, w = shape.partition("~")
     shape, _, cap = shape.partition("@")
     if shape != "plan":
-        threads_d, threads_t, steps = (int(v) for v in shape.split("x"))
+        threads_d, threads_t, steps = common.parse_dims(shape)
         p = carry_plan(p.problem, device_gpu(0), "chained", threads_d=threads_d, threads_t=threads_t, steps=steps,
                        vec=p.vec)
     if cap or w:  # a plan of its own, the key of both its cap and its window
@@ -117,7 +117,7 @@ def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> 
     rows = []
     dtypes = {name: dtype for dtype, name in NAMES.items()}
     chosen = PROBLEMS if problems is None else [
-        (tuple(int(v) for v in text.split(":")[0].split("x")), dtypes[text.split(":")[1]]) for text in problems]
+        (common.parse_dims(text.split(":")[0]), dtypes[text.split(":")[1]]) for text in problems]
     for shape, dtype in chosen:
         a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
         b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))

@@ -185,7 +185,7 @@ def main() -> None:
     variants = ["base", *args.variants.split(",")]
     rows = []
     for text in args.problems.split(","):
-        shape, dtype = tuple(int(v) for v in text.split(":")[0].split("x")), DTYPES[text.split(":")[1]]
+        shape, dtype = common.parse_dims(text.split(":")[0]), DTYPES[text.split(":")[1]]
         lo, hi = THIN_DECAYS[args.decays]
         a = (torch.rand(shape, device="cuda") * (hi - lo) + lo).to(dtype)
         b, dy = (torch.randn(shape, device="cuda").to(dtype) for _ in range(2))

@@ -4,6 +4,7 @@ scan_probe_ab.py and scan_pair_stamps.py (their patches still apply to scan.cu);
 the baselines alone; the GPU-only scripts say so where there is no GPU."""
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import importlib
@@ -186,6 +187,17 @@ def test_scan_cell_pairs_parses_cases(monkeypatch):
     for bad in ("linear:1x2x3:float32", "min_gru:1x2x3:int8", "min_gru:1x2x3", "min_gru:1x0x3:float32"):
         with pytest.raises(ValueError, match="cell:BxTxD:dtype"):
             pairs.parse_cases(bad)
+
+
+def test_shapes_parse_as_three_positive_dims(monkeypatch):
+    """common.parse_dims / parse_dims_list, the --shapes type of the scan scripts: BxTxD to ints; anything else is
+    refused with the form that works."""
+    monkeypatch.syspath_prepend(str(KERNELS.parent))
+    common = importlib.import_module("common")
+    assert common.parse_dims_list("1x65536x64,8x4096x1536") == [(1, 65536, 64), (8, 4096, 1536)]
+    for bad in ("8x4096", "1x0x64", "1xTx64", "", "8x4096x1536x2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="3 positive integers joined by 'x'"):
+            common.parse_dims(bad)
 
 
 def _occupancy_ab(monkeypatch):
