@@ -55,8 +55,8 @@ from common import (parse_dims_list, plot, relative_error, require_cuda, time_cu
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
-from flashrnn_kernels.scan.plan import (CARRIES, MIN_CHUNK, WORK_MODELS, carry_plan, estimate_ns,  # noqa: E402
-                                        kernel_plan_for_carry, register_cap, register_need)
+from flashrnn_kernels.scan.cost_model import MIN_CHUNK, WORK_MODELS, register_cap, register_need  # noqa: E402
+from flashrnn_kernels.scan.plan import CARRIES, carry_plan, estimate_ns, kernel_plan_for_carry  # noqa: E402
 from scan_plan_runs import outputs, plan_runs  # noqa: E402
 
 WIDE_T = (256, 1024, 4096, 16384, 65536)

@@ -3,7 +3,7 @@ block shape compiled under __launch_bounds__(threads, min_blocks + 1) (`one_bloc
 blocks), each launch timed as device time per call in a CUDA graph (common.time_graph), the two plans taking turns
 over --rounds rounds in one process, on random inputs. Rows give both kernels' registers and local memory (ptxas'
 spills show as local bytes) and the largest relative difference of their outputs: whether the register model
-(scan/plan.py, REG_OVERHEAD) holds a kernel at fewer blocks per SM than it runs best at.
+(scan/cost_model.py, REG_OVERHEAD) holds a kernel at fewer blocks per SM than it runs best at.
 
 Usage: python benchmarks/scan_occupancy_ab.py [--rounds 3] [--shapes 1x65536x64,8x4096x1536]
 Writes scan_occupancy_ab.{csv,md} to BENCH_RESULTS_DIR (default benchmarks/results).
@@ -21,7 +21,8 @@ import common
 import scan_plan_runs
 from flashrnn_kernels.runtime.compile import precompile
 from flashrnn_kernels.scan import function
-from flashrnn_kernels.scan.plan import ScanPlan, register_cap
+from flashrnn_kernels.scan.cost_model import register_cap
+from flashrnn_kernels.scan.plan import ScanPlan
 
 SHAPES = ((1, 65536, 64), (2, 32768, 128), (1, 65536, 256), (8, 4096, 1536), (64, 4096, 512))
 CELLS = ("min_gru", "min_lstm")

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import hwmodels
-from flashrnn_kernels.scan.plan import plan, register_cap
+from flashrnn_kernels.scan.cost_model import register_cap
+from flashrnn_kernels.scan.plan import plan
 from flashrnn_kernels.scan.problem import ScanProblem
 from tests.nvcc import NVCC, RUNTIME_OPTIONS, requires_nvcc
 

@@ -28,9 +28,10 @@ class ScanProblem:
     The backward is the same scan run in reverse (dh_t = dy_t + a_{t+1} dh_{t+1}) with the gradient epilogue; it
     writes the gradients of the inputs whose bits `wanted` sets (bit i: input i; the forward keeps ALL_GRADIENTS).
     A `paired` forward is one that autograd will differentiate: its plan is made for its time in a forward + backward
-    pair (plan.WorkModel.chained_ns_paired), where its inputs come from memory rather than from the L2 that repeated
-    forwards leave them in. A `deterministic` one (torch.use_deterministic_algorithms) gives bitwise-identical results
-    from run to run where its lanes are split over blocks (scan.cu's SCAN_DETERMINISTIC); whole lanes always do.
+    pair (cost_model.WorkModel.chained_ns_paired), where its inputs come from memory rather than from the L2 that
+    repeated forwards leave them in. A `deterministic` one (torch.use_deterministic_algorithms) gives
+    bitwise-identical results from run to run where its lanes are split over blocks (scan.cu's SCAN_DETERMINISTIC);
+    whole lanes always do.
     """
 
     cell: str

@@ -16,8 +16,9 @@ import constrint
 import hwmodels
 import pytest
 
-from flashrnn_kernels.scan.plan import (CARRIES, STAGE_ALIGN, build_model, carry_plan, estimate_ns, min_resident_warps,
-                                        objective, WORK_MODELS, plan, preferred_steps, register_cap, register_need)
+from flashrnn_kernels.scan.cost_model import (STAGE_ALIGN, WORK_MODELS, min_resident_warps, preferred_steps,
+                                              register_cap, register_need)
+from flashrnn_kernels.scan.plan import CARRIES, build_model, carry_plan, estimate_ns, objective, plan
 from flashrnn_kernels.scan.problem import ALL_GRADIENTS, CELLS, DTYPES, ScanProblem, bucket
 from tests.nvcc import NVCC, RUNTIME_OPTIONS, assert_divides_without_slow_paths, compile_ptx, requires_nvcc
 
