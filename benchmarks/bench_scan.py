@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import (parse_dims_list, plot, relative_error, require_cuda, time_cuda, time_graph, time_host,  # noqa: E402
+from common import (format_dims, parse_dims_list, plot, relative_error, require_cuda, time_cuda, time_graph, time_host,  # noqa: E402
                     write_results)
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
@@ -124,7 +124,7 @@ def _row(op, impl, shape, dtype, times, moved, copy_bw, **extra):
     """A result row; `times` is (call ms, device ms) from `_time`, bandwidth from the device time."""
     call_ms, ms = times
     bw = moved / (ms * 1e-3) if ms == ms else float("nan")
-    return {"op": op, "impl": impl, "shape": "x".join(map(str, shape)), "T": shape[1], "dtype": dtype,
+    return {"op": op, "impl": impl, "shape": format_dims(shape), "T": shape[1], "dtype": dtype,
             "call ms": call_ms, "ms": ms, "TB/s": bw / 1e12, "% of copy": 100 * bw / copy_bw,
             "% of same-size copy": _same_size_pct(moved, bw), **extra}
 
@@ -381,7 +381,7 @@ def backward_context_sweep(shapes=CONTEXT_SHAPES, dnames=("fp32", "bf16")) -> li
                 both = 1e3 * time_graph(lambda t=trial, x=(a, b), dy=dy: run_scan(
                     "linear", "backward", x, None, dy=dy, h=forward()[0], kernel_plan=t), calls=10, repeat=5)
                 forward_us.append(1e3 * time_graph(forward, calls=10, repeat=5))
-                shape_rows.append({"shape": "x".join(map(str, shape)), "dtype": dname, "carry": trial.carry,
+                shape_rows.append({"shape": format_dims(shape), "dtype": dname, "carry": trial.carry,
                                    "threads_d": trial.threads_d, "threads_t": trial.threads_t, "steps": trial.steps,
                                    "stages": trial.stages, "min_blocks": trial.min_blocks,
                                    "solver's plan": trial == chosen, "forward + backward us": both,
@@ -425,7 +425,7 @@ def gate_sweep(copy_bw, cells=("min_gru", "min_lstm"), dnames=("fp32",), directi
             expected = got if expected is None else expected
             err = max(relative_error(g, e) for g, e in zip(got, expected))
             (_, ms), terr = _time(run)
-            rows.append({"cell": cell, "direction": direction, "dtype": dname, "shape": "x".join(map(str, shape)),
+            rows.append({"cell": cell, "direction": direction, "dtype": dname, "shape": format_dims(shape),
                          "threads_d": trial.threads_d, "threads_t": trial.threads_t, "vec": trial.vec,
                          "steps": trial.steps, "stages": trial.stages, "min_blocks": trial.min_blocks,
                          "lanes": shape[0] * trial.d_tiles(shape[2]), "solver's plan": trial == chosen,

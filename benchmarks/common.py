@@ -469,6 +469,11 @@ def parse_dims(text: str, count: int = 3) -> tuple[int, ...]:
     return dims
 
 
+def format_dims(dims: Sequence[int]) -> str:
+    """``(8, 4096, 1536)`` -> ``'8x4096x1536'``: the inverse of :func:`parse_dims`."""
+    return "x".join(map(str, dims))
+
+
 def parse_dims_list(text: str) -> list[tuple[int, ...]]:
     """Comma-separated :func:`parse_dims`: ``'1x65536x64,8x4096x1536'`` (an argparse type)."""
     return [parse_dims(item) for item in text.split(",")]

@@ -105,7 +105,7 @@ def main() -> None:
                         times["chunked"] += _ms(call, repeat)
                     loop_ms, chunked_ms = (statistics.median(times[k]) for k in ("loop", "chunked"))
                     rows.append({"op": op, "dtype": str(dtype).removeprefix("torch."),
-                                 "shape": "x".join(map(str, shape)), "pass": pass_, "loop ms": loop_ms,
+                                 "shape": common.format_dims(shape), "pass": pass_, "loop ms": loop_ms,
                                  "chunked ms": chunked_ms, "speedup": loop_ms / chunked_ms,
                                  "max rel diff": diff})
                     print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

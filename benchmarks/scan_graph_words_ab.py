@@ -86,7 +86,7 @@ def main() -> int:
                     use_spares(on)
                     times[on].append(1000 * common.time_graph(fn, calls=10, repeat=7))
             spare, memset = (statistics.median(times[on]) for on in (True, False))
-            rows.append({"cell": name, "shape": "x".join(map(str, shape)), "dtype": str(dtype).split(".")[-1],
+            rows.append({"cell": name, "shape": common.format_dims(shape), "dtype": str(dtype).split(".")[-1],
                          "call": call, "spare_us": round(spare, 2), "memset_us": round(memset, 2),
                          "ratio": round(spare / memset, 4), "outputs_equal": same})
             print(rows[-1], flush=True)

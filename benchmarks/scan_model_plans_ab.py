@@ -54,7 +54,7 @@ def main() -> None:
         diff = scan_plan_runs.largest_difference(runs)
         times = scan_plan_runs.alternating_us(runs, args.rounds)
         us = [times[name] for name in names]
-        rows.append({"cell": cell, "dtype": dtype, "direction": direction, "shape": "x".join(map(str, shape)),
+        rows.append({"cell": cell, "dtype": dtype, "direction": direction, "shape": common.format_dims(shape),
                      **{f"{name} plan": describe(plans[name]) for name in names},
                      **{f"{name} us": round(t, 2) for name, t in zip(names, us)},
                      "ratio": round(us[1] / us[0], 4), "rel diff": f"{diff:.1e}"})

@@ -62,7 +62,7 @@ def main() -> None:
         times = scan_plan_runs.alternating_us(runs, args.rounds)
         solver, more = times["solver"], times["one more"]
         kernels = {name: function._kernel(q, torch.cuda.current_device()) for name, q in plans.items()}
-        rows.append({"cell": cell, "dtype": str(dtype)[6:], "direction": direction, "shape": "x".join(map(str, shape)),
+        rows.append({"cell": cell, "dtype": str(dtype)[6:], "direction": direction, "shape": common.format_dims(shape),
                      "carry": plans["solver"].carry, "threads": plans["solver"].threads,
                      "blocks per SM": f"{plans['solver'].min_blocks} -> {plans['one more'].min_blocks}",
                      "registers": f"{kernels['solver'].num_regs} -> {kernels['one more'].num_regs}",

@@ -145,7 +145,7 @@ def main() -> None:
     common.require_cuda("scan_pair_timeline")
     rows = []
     for shape in args.shapes:
-        shape_text = "x".join(map(str, shape))
+        shape_text = common.format_dims(shape)
         for dname in args.dtypes.split(","):
             dtype = DTYPES[dname]
             a = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)

@@ -137,7 +137,7 @@ def sweep(shapes: list[str], rounds: int, problems: list[str] | None = None) -> 
                 times.setdefault((name, "alone"), []).append(common.time_graph(_forward(plans[name][0], a, b)) * 1e3)
             times.setdefault(("alone", "alone"), []).append(common.time_graph(_forward(alone, a, b)) * 1e3)
         us = {key: statistics.median(values) for key, values in times.items()}
-        row = {"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype], "paired plan": _describe(paired),
+        row = {"shape": common.format_dims(shape), "dtype": NAMES[dtype], "paired plan": _describe(paired),
                "backward plan": _describe(backward), "pair us": us["paired", "pair"],
                "plan alone": _describe(alone), "forward us": us["alone", "alone"]}
         for name in shapes:
@@ -185,7 +185,7 @@ def main() -> None:
                 times.setdefault((name, "pair"), []).append(common.time_graph(pair) * 1e3)
         difference = max(common.relative_error(x, y) for x, y in zip(outputs["paired"], outputs["alone"]))
         us = {key: statistics.median(values) for key, values in times.items()}
-        rows.append({"shape": "x".join(map(str, shape)), "dtype": NAMES[dtype],
+        rows.append({"shape": common.format_dims(shape), "dtype": NAMES[dtype],
                      "plan alone": _describe(plans["alone"]), "plan paired": _describe(plans["paired"]),
                      "forward us: alone plan": us["alone", "alone"], "forward us: paired plan": us["paired", "alone"],
                      "pair us: alone plan": us["alone", "pair"], "pair us: paired plan": us["paired", "pair"],

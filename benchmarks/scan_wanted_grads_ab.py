@@ -73,7 +73,7 @@ def main() -> int:
             fixed = pair(shape, dtype, False)
             t = alternate({"fixed": (SOLVED, fixed), "own": (own_optimum, fixed),
                            "trained": (SOLVED, pair(shape, dtype, True))}, args.rounds)
-            rows.append({"shape": "x".join(map(str, shape)), "dtype": str(dtype).split(".")[-1],
+            rows.append({"shape": common.format_dims(shape), "dtype": str(dtype).split(".")[-1],
                          "fixed_a_us": round(t["fixed"], 2), "a_with_grad_us": round(t["trained"], 2),
                          "ratio": round(t["fixed"] / t["trained"], 4),
                          "fixed_a_own_optimum_us": round(t["own"], 2)})

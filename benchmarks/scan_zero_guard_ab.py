@@ -67,7 +67,7 @@ def main() -> None:
             for call in ("forward", "forward+backward"):
                 before = statistics.median(times[("before", call)]) * 1e3
                 guard = statistics.median(times[("guard", call)]) * 1e3
-                rows.append({"cell": cell, "shape": "x".join(map(str, shape)), "dtype": str(dtype)[6:], "call": call,
+                rows.append({"cell": cell, "shape": common.format_dims(shape), "dtype": str(dtype)[6:], "call": call,
                              "before_us": round(before, 2), "guard_us": round(guard, 2),
                              "ratio": round(guard / before, 4), "max_output_diff": f"{diff:.1e}"})
     _use(sources["guard"])

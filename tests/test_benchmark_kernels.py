@@ -192,10 +192,12 @@ def test_scan_cell_pairs_parses_cases(monkeypatch):
 
 def test_shapes_parse_as_three_positive_dims(monkeypatch):
     """common.parse_dims / parse_dims_list, the --shapes type of the scan scripts: BxTxD to ints; anything else is
-    refused with the form that works."""
+    refused with the form that works; format_dims writes a shape back in that form."""
     monkeypatch.syspath_prepend(str(KERNELS.parent))
     common = importlib.import_module("common")
     assert common.parse_dims_list("1x65536x64,8x4096x1536") == [(1, 65536, 64), (8, 4096, 1536)]
+    assert common.format_dims((1, 65536, 64)) == "1x65536x64"
+    assert common.parse_dims(common.format_dims((8, 4096, 1536))) == (8, 4096, 1536)
     for bad in ("8x4096", "1x0x64", "1xTx64", "", "8x4096x1536x2"):
         with pytest.raises(argparse.ArgumentTypeError, match="3 positive integers joined by 'x'"):
             common.parse_dims(bad)
