@@ -69,7 +69,7 @@ def run_pair(name: str, inputs: tuple, h0: torch.Tensor, dy: torch.Tensor, fwd, 
     with torch.cuda.graph(captured):
         outputs = pair()
     captured.replay()
-    if len(held) > before:  # a spare (problem.GRAPH_CELLS), else the captured memset's words
+    if len(held) > before:  # a spare (function.GRAPH_CELLS), else the captured memset's words
         held[-1].counters.mul_(function.GRAPH_CYCLE - 1)
     for _ in range(2):
         captured.replay()

@@ -1,7 +1,6 @@
 """Split-lane scans in CUDA graphs: look-back words from a spare with the epochs made on the device, against words of
 the launch's own zeroed by a captured memset in every replay (the fallback, and the path of the cells outside
-`problem.GRAPH_CELLS`): linear_scan, whose kernels make their epochs on the device (the minGRU / minLSTM kernels leave
-that code out since their rows here measured 1.00-1.03x; results/scan_graph_words_ab.md has them).
+`function.GRAPH_CELLS`, which this script sets to every cell or none).
 
 Each problem is timed through the public API as `bench_scan.py` times it (`common.time_graph`: 10 calls in one
 graph), forward alone and forward + backward through autograd, the two variants in alternating rounds; whether both
@@ -17,36 +16,40 @@ import statistics
 import torch
 
 import common
-from flashrnn_kernels.scan import function, linear_scan
+from flashrnn_kernels.scan import function, linear_scan, min_gru_scan, min_lstm_scan
 
-PROBLEMS = [((1, 65536, 64), torch.float32), ((1, 65536, 64), torch.bfloat16), ((1, 16384, 64), torch.bfloat16),
-            ((2, 16384, 128), torch.float32)]
-SHIPPED = function.SPARE_WORDS
+OPS = {"linear": (linear_scan, 2), "min_gru": (min_gru_scan, 2), "min_lstm": (min_lstm_scan, 3)}
+PROBLEMS = [("linear", (1, 65536, 64), torch.float32), ("linear", (1, 65536, 64), torch.bfloat16),
+            ("linear", (1, 16384, 64), torch.bfloat16), ("linear", (2, 16384, 128), torch.float32),
+            ("min_gru", (1, 65536, 64), torch.float32), ("min_gru", (1, 65536, 64), torch.bfloat16),
+            ("min_lstm", (1, 65536, 64), torch.bfloat16)]
+
+
+SHIPPED = function.GRAPH_CELLS
 
 
 def use_spares(on: bool) -> None:
-    """Spares for the next captures, or none (no spare kept, those kept dropped): every captured launch zeroes its own
-    words."""
-    function.SPARE_WORDS = SHIPPED if on else 0
-    if not on:
-        function._device_graph_workspaces(torch.device("cuda", torch.cuda.current_device())).spares.clear()
+    """Spares for the next captures of every cell, or none: every captured launch zeroes its own words."""
+    function.GRAPH_CELLS = tuple(OPS) if on else ()
 
 
-def inputs(shape: tuple[int, int, int], dtype: torch.dtype) -> list[torch.Tensor]:
-    """Decays in [0.5, 1) and inputs from randn."""
-    xs = [torch.rand(*shape, device="cuda") * 0.5 + 0.5, torch.randn(*shape, device="cuda")]
+def inputs(name: str, shape: tuple[int, int, int], dtype: torch.dtype) -> list[torch.Tensor]:
+    xs = [torch.randn(*shape, device="cuda") for _ in range(OPS[name][1])]
+    if name == "linear":
+        xs[0] = torch.rand(*shape, device="cuda") * 0.5 + 0.5
     return [x.to(dtype).requires_grad_() for x in xs]
 
 
-def calls(xs: list[torch.Tensor]):
+def calls(name: str, xs: list[torch.Tensor]):
+    op = OPS[name][0]
     dy = torch.randn_like(xs[0])
 
     def forward():
         with torch.no_grad():
-            return linear_scan(*xs)
+            return op(*xs)
 
     def pair():
-        h = linear_scan(*xs)
+        h = op(*xs)
         return (h, *torch.autograd.grad(h, xs, dy))
 
     return forward, pair
@@ -69,9 +72,9 @@ def main() -> int:
     args = parser.parse_args()
     common.require_cuda("scan_graph_words_ab")
     rows = []
-    for shape, dtype in PROBLEMS:
-        xs = inputs(shape, dtype)
-        for call, fn in zip(("forward", "forward+backward"), calls(xs)):
+    for name, shape, dtype in PROBLEMS:
+        xs = inputs(name, shape, dtype)
+        for call, fn in zip(("forward", "forward+backward"), calls(name, xs)):
             outputs = {}
             for on in (True, False):
                 use_spares(on)
@@ -83,11 +86,11 @@ def main() -> int:
                     use_spares(on)
                     times[on].append(1000 * common.time_graph(fn, calls=10, repeat=7))
             spare, memset = (statistics.median(times[on]) for on in (True, False))
-            rows.append({"cell": "linear", "shape": common.format_dims(shape), "dtype": str(dtype).split(".")[-1],
+            rows.append({"cell": name, "shape": common.format_dims(shape), "dtype": str(dtype).split(".")[-1],
                          "call": call, "spare_us": round(spare, 2), "memset_us": round(memset, 2),
                          "ratio": round(spare / memset, 4), "outputs_equal": same})
             print(rows[-1], flush=True)
-    use_spares(True)
+    function.GRAPH_CELLS = SHIPPED
     print(common.write_results("scan_graph_words_ab", rows, title="Look-back words in CUDA graphs: spares with the "
                                "device's epoch against a captured memset per launch", notes=[
                                    "us per call, median of alternating rounds of common.time_graph (10 calls per "

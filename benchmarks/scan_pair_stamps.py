@@ -45,8 +45,7 @@ PATCHES = [  # (anchor in scan.cu, text inserted before it)
     ("        return (c - first) % SCAN_STAGES;\n", "        stamp(1);\n"),
     ("        const unsigned map_tag = 2u * launch_epoch", "        stamp(2);\n"),
     ("        // pass B\n", "        stamp(3);\n"),
-    ("        if (SCAN_GRAPH_WORDS && counters != nullptr) count_launch(counters);",
-     f"        stamp({len(POINTS) - 1});\n"),
+    ("        if (counters != nullptr) count_launch(counters);", f"        stamp({len(POINTS) - 1});\n"),
 ]
 
 

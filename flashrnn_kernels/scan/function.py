@@ -66,7 +66,6 @@ class _Launch(NamedTuple):
     segments: int
     words: int  # published words per array (split lanes: every segment's, then every group's), else 0
     programmatic: bool  # `programmatic_launch`
-    graph_words: bool  # captured launches take spares and make their epochs (ScanProblem.graph_words)
 
 
 def programmatic_launch(p: ScanPlan) -> bool:
@@ -92,7 +91,7 @@ def _launch_of(p: ScanPlan, B: int, T: int, D: int, element_size: int, device: i
     segments = p.segments(lanes, p.chunks(T))
     return _Launch(_kernel(p, device), (lanes * segments,), (p.threads_d, p.threads_t), p.stage_bytes,
                    p.vec * element_size, d_tiles, lanes, segments, p.published_words(lanes, segments),
-                   programmatic_launch(p), p.problem.graph_words)
+                   programmatic_launch(p))
 
 
 def _device_launch(cell: str, direction: str, x: torch.Tensor, wanted: int = ALL_GRADIENTS,
@@ -160,6 +159,9 @@ SPARES = 2
 SPARE_WORDS = 1 << 16
 """...for launches of up to this many words per array (1 MiB a workspace, which a capture keeps): a larger launch
 runs long enough that a captured memset beside it costs little."""
+GRAPH_CELLS = ("linear",)
+"""Cells whose captured launches take spares: in CUDA graphs on the H200, linear_scan's split lanes took 0.83-0.96x
+the time with them, minGRU / minLSTM's chained ones 1.00-1.03x (benchmarks/results/scan_graph_words_ab.md)."""
 GRAPH_SLOTS = 16  # launches sharing one workspace in a capture (scan.cu's SCAN_GRAPH_SLOTS)
 GRAPH_CYCLE = (1 << 26) - 1  # launch counts cycle in this (scan.cu's SCAN_GRAPH_CYCLE)
 GRAPH_COUNTERS = 32  # launch counters per slot (carries.cuh's graph_epoch)
@@ -240,12 +242,12 @@ def _even(words: int) -> int:
 
 
 def _workspace(device: torch.device, stream: int, words: int,
-               graph_words: bool) -> tuple[tuple[torch.Tensor, ...], int, torch.Tensor | None]:
+               cell: str) -> tuple[tuple[torch.Tensor, ...], int, torch.Tensor | None]:
     """(the two word arrays, the epoch, None) for an eager launch on raw stream handle `stream` of `device`, from the
     stream's workspace (StreamWorkspace.take); (the words, the slot, the slot's launch counters) for a captured launch
-    given a GraphWorkspace (kernels with `graph_words` only)."""
+    given a GraphWorkspace."""
     if torch.cuda.is_current_stream_capturing():
-        capture = capture_id(stream) if graph_words else None
+        capture = capture_id(stream) if cell in GRAPH_CELLS else None
         found = None if capture is None else _device_graph_workspaces(device).take(capture, stream, words)
         if found is not None:
             workspace, slot = found
@@ -258,7 +260,7 @@ def _workspace(device: torch.device, stream: int, words: int,
     if ws is None:
         ws = _workspaces[key] = StreamWorkspace(device, stream)
     maps, epoch = ws.take(words)
-    if graph_words:
+    if cell in GRAPH_CELLS:
         _device_graph_workspaces(device).keep(stream, words)
     return maps, epoch, None
 
@@ -303,7 +305,7 @@ def run_scan(cell: str, direction: str, inputs: tuple[torch.Tensor, ...], h0: to
         h0 = _aligned(h0, access)
     stream = current_stream_handle(x.device.index)
     if run.words:
-        maps, epoch, counters = _workspace(x.device, stream, run.words, run.graph_words)
+        maps, epoch, counters = _workspace(x.device, stream, run.words, cell)
     else:  # nothing is published: null workspace pointers
         maps, epoch, counters = (None, None), 0, None
     x1, x2 = inputs[0], inputs[1]

@@ -165,7 +165,6 @@ class ScanPlan:
             "SCAN_GROUP": self.group,
             "SCAN_PAIRED": int(self.problem.paired),  # a backward follows: the inputs it does not read evict first
             "SCAN_EVICT_FIRST": int(self.evict_first),  # last reads marked evict-first in L2 (scan.cu's last_use)
-            "SCAN_GRAPH_WORDS": int(self.problem.graph_words),  # captured launches make their epochs (graph_epoch)
         }
 
     def source(self) -> str:

@@ -6,12 +6,6 @@ from dataclasses import dataclass
 CELLS = ("linear", "min_gru", "min_lstm")
 """Cell names; their order gives the kernel's SCAN_CELL code."""
 
-GRAPH_CELLS = ("linear",)
-"""Cells whose kernels make a captured launch's look-back epoch on the device (scan.cu's SCAN_GRAPH_WORDS), so that
-launches captured into a CUDA graph take workspaces zeroed ahead: in CUDA graphs on the H200, linear_scan's split
-lanes took 0.83-0.96x the time with them, minGRU / minLSTM's chained ones 1.00-1.03x (scan_graph_words_ab.md), and
-their kernels leave that code out, their captured launches zeroing words of their own in every replay."""
-
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Storage dtypes and their sizes in bytes; the dict order gives the kernel's SCAN_DTYPE code."""
 
@@ -123,11 +117,6 @@ class ScanProblem:
         """Whether the kernel uses the hardware exponential and reciprocal approximations (bf16 / fp16 storage,
         whose rounding is 2^-8 / 2^-11; fp32 keeps full-precision math)."""
         return self.dtype != "float32"
-
-    @property
-    def graph_words(self) -> bool:
-        """Whether launches captured into a CUDA graph count themselves to make their epochs (GRAPH_CELLS)."""
-        return self.cell in GRAPH_CELLS
 
     @property
     def element_bytes(self) -> int:

@@ -52,7 +52,7 @@
     !defined(SCAN_MIN_BLOCKS) || !defined(SCAN_CELL) || !defined(SCAN_REVERSE) || !defined(SCAN_DTYPE) || \
     !defined(SCAN_FAST) || !defined(SCAN_STAGES) || !defined(SCAN_SPLIT) || !defined(SCAN_STAGE_BYTES) || \
     !defined(SCAN_WANTED) || !defined(SCAN_DETERMINISTIC) || !defined(SCAN_HELD) || !defined(SCAN_GROUP) ||      \
-    !defined(SCAN_PAIRED) || !defined(SCAN_EVICT_FIRST) || !defined(SCAN_GRAPH_WORDS)
+    !defined(SCAN_PAIRED) || !defined(SCAN_EVICT_FIRST)
 #error "scan.cu needs every ScanPlan field: SCAN_THREADS_D/_T, SCAN_VEC, SCAN_STEPS, SCAN_STAGES, SCAN_CELL, ..."
 #endif
 
@@ -180,8 +180,7 @@ __device__ __forceinline__ constexpr bool last_use(int k) {
 // Grid: lanes * segments blocks (block = segment * lanes + lane), all resident when segments > 1.
 // seg_a, seg_b: [lanes, segments, SCAN_TILE] published words of the segments, then [lanes, groups, SCAN_TILE] of the
 // groups of SCAN_GROUP segments (ScanPlan.published_words; unused with one segment); epoch in [1, 2^31), or with
-// counters (not null: launches captured into a CUDA graph, of SCAN_GRAPH_WORDS kernels) the launch's slot for
-// graph_epoch.
+// counters (not null, launches captured into a CUDA graph) the launch's slot for graph_epoch.
 // Grid order matters with more than one segment: a block waits on lower-numbered ones.
 // Dynamic shared memory: SCAN_STAGES * SCAN_STAGE elements.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flashrnn_scan(
@@ -563,8 +562,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         float pre_a[SCAN_STAGES][SCAN_VEC], pre_b[SCAN_STAGES][SCAN_VEC];  // per staged chunk: see fold_chunk
         prologue(kept);  // a segment staged again for pass B stages only the maps' inputs in pass A
         // a captured launch's epoch: its counter's load returns while the copies above are in flight
-        const unsigned launch_epoch =
-            SCAN_GRAPH_WORDS && counters != nullptr ? graph_epoch(counters, epoch) : static_cast<unsigned>(epoch);
+        const unsigned launch_epoch = counters != nullptr ? graph_epoch(counters, epoch) : static_cast<unsigned>(epoch);
         if (kept) {
 #pragma unroll
             for (int q = 0; q < SCAN_STAGES; ++q)  // unrolled, so that pre_a / pre_b stay in registers
@@ -739,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS, SCAN_MIN_BLOCKS) flas
         } else {
             walk(scan_chunk, true);
         }
-        if (SCAN_GRAPH_WORDS && counters != nullptr) count_launch(counters);
+        if (counters != nullptr) count_launch(counters);
     }
 #endif
     cp_async_wait_group<0>();

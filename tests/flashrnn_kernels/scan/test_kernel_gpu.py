@@ -249,7 +249,7 @@ def test_graph_replays_match_reference(name, workspace):
     captured tensors: each replay against the fp64 reference. The capture's look-back words: a spare zeroed by the
     warm-up, each launch counting its launches on the device in a slot of its own (with "epoch_cycle", the counts set
     so that the epochs they give cycle back to the first between two replays), or, with no spare left (and for the
-    cells outside problem.GRAPH_CELLS), words of the launch's own zeroed by a captured memset."""
+    cells outside GRAPH_CELLS), words of the launch's own zeroed by a captured memset."""
     from flashrnn_kernels.scan.function import GRAPH_CYCLE
 
     B, T, D = 1, 20000, 64  # split lanes in both directions on an H200 / A100

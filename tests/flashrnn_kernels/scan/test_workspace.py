@@ -6,12 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import hwmodels
 import torch
 
 from flashrnn_kernels.scan import function
-from flashrnn_kernels.scan.plan import plan
-from flashrnn_kernels.scan.problem import CELLS, GRAPH_CELLS, ScanProblem
 from flashrnn_kernels.scan.function import (EPOCH_LIMIT, GRAPH_SLOTS, SPARE_WORDS, SPARES, GraphWorkspaces,
                                             StreamWorkspace)
 
@@ -105,18 +102,6 @@ def test_the_kernel_and_the_launcher_agree_on_the_graph_epochs():
     assert eval(defines["SCAN_GRAPH_CYCLE"].replace("u", "")) == function.GRAPH_CYCLE
     top_tag = 2 * ((function.GRAPH_CYCLE + 1) * GRAPH_SLOTS - 1) + 1
     assert top_tag < 2**32, "a final state's tag fits in 32 bits"
-
-
-def test_only_the_graph_cells_kernels_count_their_captured_launches():
-    """linear_scan's split-lane kernels make a captured launch's epoch on the device; minGRU's and minLSTM's are
-    compiled without that code (SCAN_GRAPH_WORDS 0), and their launches take no spares."""
-    gpu = hwmodels.load("H200-SXM-141GB")
-    assert GRAPH_CELLS == ("linear",)
-    for cell in CELLS:
-        for direction in ("forward", "backward"):
-            p = plan(ScanProblem.for_shape(cell, 1, 65536, 64, "bfloat16", direction), gpu)
-            assert p.carry != "whole" and p.problem.graph_words == (cell == "linear")
-            assert f"#define SCAN_GRAPH_WORDS {int(cell == 'linear')}\n" in p.source()
 
 
 def test_no_spares_for_launches_too_large_for_them():
