@@ -50,8 +50,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import (format_dims, parse_dims_list, plot, relative_error, require_cuda, time_cuda, time_graph, time_host,  # noqa: E402
-                    write_results)
+from common import (format_dims, parse_dims_list, plot, relative_error, require_cuda, time_cuda, time_graph,  # noqa: E402
+                    time_host, write_results)
 from flashrnn_kernels.scan import linear_scan, min_gru_scan, min_lstm_scan, reference  # noqa: E402
 from flashrnn_kernels.runtime.compile import precompile  # noqa: E402
 from flashrnn_kernels.scan.function import _device_gpu, device_plan, run_scan  # noqa: E402
